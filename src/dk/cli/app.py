@@ -1,0 +1,135 @@
+"""The ``dk`` command: a thin click + rich layer over the library.
+
+Each command parses its options, makes one library call, renders the result and exits with a
+code from :mod:`dk.cli.exit_codes`. Results go to stdout (``--json`` for machines), messages to
+stderr. Expected errors print one line; a bug prints a traceback and exits 70.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+
+from dk.cli.exit_codes import ExitCode
+from dk.errors import BackendUnavailable, DkError, FormatError
+
+
+class App:
+    """Shared state of one ``dk`` invocation: consoles and rendering helpers."""
+
+    def __init__(self) -> None:
+        self.out = Console(highlight=False, soft_wrap=True)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """Print human output to stdout."""
+        self.out.print(*args, **kwargs)
+
+    def info(self, message: str) -> None:
+        """Print a progress/info message to stderr."""
+        self.err.print(message)
+
+    def emit_json(self, value: Any) -> None:
+        """Write one JSON document to stdout."""
+        click.echo(json.dumps(value, indent=2, sort_keys=True))
+
+    def abort(self, message: str | None = None, code: int = ExitCode.USAGE) -> NoReturn:
+        """Print ``message`` on stderr (one line) and exit with ``code``."""
+        if message:
+            click.echo(f"dk: error: {message}", err=True)
+        raise SystemExit(int(code))
+
+
+pass_app = click.make_pass_decorator(App, ensure=True)
+
+_LAZY_COMMANDS = {
+    # name: (module, attribute)
+    "keygen": ("dk.cli.commands", "keygen"),
+    "job": ("dk.cli.commands", "job"),
+    "train": ("dk.cli.commands", "train"),
+    "prove": ("dk.cli.commands", "prove"),
+    "verify": ("dk.cli.commands", "verify"),
+    "challenge": ("dk.cli.commands", "challenge"),
+    "calibrate": ("dk.cli.commands", "calibrate"),
+    "vectors": ("dk.cli.commands", "vectors"),
+    "compress": ("dk.cli.compress", "compress"),
+    "market": ("dk.cli.market", "market"),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose sub-commands are imported only when used (keeps ``dk --help`` fast)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_LAZY_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _LAZY_COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        import importlib
+
+        try:
+            module = importlib.import_module(target[0])
+        except ModuleNotFoundError as e:
+            if e.name and e.name.startswith("dk."):
+                return None
+            raise
+        cmd = getattr(module, target[1], None)
+        return cmd if isinstance(cmd, click.Command) else None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dk-pol", prog_name="dk")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """dk: verifiable ML training.
+
+    A worker trains with a recorded Proof-of-Learning transcript (`dk train`), signs it into a
+    bundle (`dk prove`), and anyone holding the job checks it cheaply (`dk verify`).
+
+    Exit codes: 0 ok/accepted, 1 rejected, 2 usage, 3 malformed input, 4 missing optional
+    backend, 70 internal error.
+    """
+    ctx.obj = App()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: maps exceptions to exit codes."""
+    try:
+        cli.main(args=argv, prog_name="dk", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("dk: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(ExitCode.USAGE if isinstance(e, click.UsageError) else e.exit_code)
+    except SystemExit:
+        raise
+    except BackendUnavailable as e:
+        click.echo(f"dk: error: {e}", err=True)
+        sys.exit(ExitCode.BACKEND_MISSING)
+    except (FormatError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
+        click.echo(f"dk: error: {e}", err=True)
+        sys.exit(ExitCode.MALFORMED)
+    except FileExistsError as e:
+        click.echo(f"dk: error: {e}", err=True)
+        sys.exit(ExitCode.USAGE)
+    except DkError as e:
+        click.echo(f"dk: error: {e}", err=True)
+        sys.exit(ExitCode.MALFORMED)
+    except KeyboardInterrupt:
+        click.echo("dk: interrupted", err=True)
+        sys.exit(130)
+    except Exception:
+        from rich.console import Console as _C
+
+        _C(stderr=True).print_exception(show_locals=os.environ.get("DK_DEBUG") == "1")
+        click.echo("dk: internal error (a bug in dk); please report it with the trace above", err=True)
+        sys.exit(ExitCode.INTERNAL)
+    sys.exit(0)

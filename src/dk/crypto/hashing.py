@@ -1,0 +1,94 @@
+"""Domain-separated SHA-256 hashing (SPEC §2).
+
+Every hash dk computes is ``tagged_hash(tag, data)``::
+
+    SHA-256( u8(len(tag)) || tag || data )
+
+with ``tag`` an ASCII string from the table in SPEC §2. The one-byte length prefix makes the
+tag boundary unambiguous, so no two (tag, data) pairs share a preimage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from collections.abc import Iterable
+
+DIGEST_SIZE = 32
+
+# SPEC §2: the complete list of tags. Code never spells a tag literal elsewhere.
+TAG_LEAF = "dk/v1/merkle/leaf"
+TAG_NODE = "dk/v1/merkle/node"
+TAG_EMPTY = "dk/v1/merkle/empty"
+TAG_SAMPLE = "dk/v1/data/sample"
+TAG_JOB = "dk/v1/job"
+TAG_BATCH = "dk/v1/batch"
+TAG_TRANSCRIPT_HEADER = "dk/v1/transcript/header"
+TAG_TRANSCRIPT_LEAF = "dk/v1/transcript/leaf"
+TAG_SIGNATURE = "dk/v1/signature"
+TAG_CHALLENGE = "dk/v1/challenge"
+TAG_STREAM = "dk/v1/stream"
+TAG_ATTESTATION = "dk/v1/attestation"
+TAG_REPORT = "dk/v1/report"
+
+
+def _prefix(tag: str) -> bytes:
+    raw = tag.encode("ascii")
+    if not 0 < len(raw) < 256:
+        raise ValueError(f"tag must be 1..255 ASCII bytes, got {len(raw)}")
+    return bytes([len(raw)]) + raw
+
+
+def tagged_hasher(tag: str) -> hashlib._Hash:
+    """Return a SHA-256 object already fed with the tag prefix (for streaming input)."""
+    h = hashlib.sha256()
+    h.update(_prefix(tag))
+    return h
+
+
+def tagged_hash(tag: str, *parts: bytes | bytearray | memoryview) -> bytes:
+    """Hash the concatenation of ``parts`` under ``tag`` (SPEC §2).
+
+    >>> tagged_hash("dk/v1/job", b"").hex()[:16]
+    'c81c5c5ded769744'
+    """
+    h = tagged_hasher(tag)
+    for p in parts:
+        h.update(p)
+    return h.digest()
+
+
+def u64(n: int) -> bytes:
+    """Little-endian unsigned 64-bit encoding."""
+    return struct.pack("<Q", n)
+
+
+def f64(x: float) -> bytes:
+    """Little-endian IEEE-754 binary64 encoding."""
+    return struct.pack("<d", x)
+
+
+def digests_equal(a: bytes, b: bytes) -> bool:
+    """Compare two digests in constant time."""
+    return hmac.compare_digest(bytes(a), bytes(b))
+
+
+def hexdigest_list(items: Iterable[bytes]) -> list[str]:
+    """Hex-encode each digest (convenience for manifests and reports)."""
+    return [i.hex() for i in items]
+
+
+def parse_hex_digest(value: object, *, what: str = "digest") -> bytes:
+    """Parse a 64-character lowercase hex string into 32 bytes, or raise ``FormatError``."""
+    from dk.errors import FormatError
+
+    if not isinstance(value, str) or len(value) != 2 * DIGEST_SIZE:
+        raise FormatError(f"{what} must be a {2 * DIGEST_SIZE}-character hex string")
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        raise FormatError(f"{what} is not valid hex") from None
+    if raw.hex() != value:
+        raise FormatError(f"{what} must be lowercase hex")
+    return raw
