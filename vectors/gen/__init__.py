@@ -1,0 +1,1 @@
+"""Checked-in generators of the test vectors (``python -m vectors.gen``)."""
