@@ -32,7 +32,8 @@ def _uniform(seed: np.uint64, c: np.uint64) -> np.float32:
 
 
 @numba.njit(**_JIT)
-def rng_numba(seed, counter, out):  # noqa: D103 - documented on the reference
+def rng_numba(seed, counter, out):
+    """Numba twin of :func:`dk.compress.reference.rng_reference`."""
     s = np.uint64(seed)
     c = np.uint64(counter)
     for i in range(out.size):
@@ -40,7 +41,8 @@ def rng_numba(seed, counter, out):  # noqa: D103 - documented on the reference
 
 
 @numba.njit(**_JIT)
-def uniform_numba(seed, counter, out):  # noqa: D103
+def uniform_numba(seed, counter, out):
+    """Numba twin of :func:`dk.compress.reference.uniform_reference`."""
     s = np.uint64(seed)
     c = np.uint64(counter)
     for i in range(out.size):
@@ -48,7 +50,8 @@ def uniform_numba(seed, counter, out):  # noqa: D103
 
 
 @numba.njit(**_JIT)
-def topk_exact_numba(x, k, out_idx, out_val):  # noqa: D103
+def topk_exact_numba(x, k, out_idx, out_val):
+    """Numba twin of :func:`dk.compress.reference.topk_exact_reference`."""
     n = x.size
     k = min(max(k, 0), n)
     if k == 0:
@@ -112,7 +115,8 @@ def topk_exact_numba(x, k, out_idx, out_val):  # noqa: D103
 
 
 @numba.njit(**_JIT)
-def sample_threshold_numba(x, k, n_samples, seed, counter):  # noqa: D103
+def sample_threshold_numba(x, k, n_samples, seed, counter):
+    """Numba twin of :func:`dk.compress.reference.sample_threshold_reference`."""
     n = x.size
     m = min(n_samples, n)
     keys = x.view(np.uint32)
@@ -129,7 +133,8 @@ def sample_threshold_numba(x, k, n_samples, seed, counter):  # noqa: D103
 
 
 @numba.njit(**_JIT)
-def select_threshold_numba(x, thr, out_idx, out_val):  # noqa: D103
+def select_threshold_numba(x, thr, out_idx, out_val):
+    """Numba twin of :func:`dk.compress.reference.select_threshold_reference`."""
     keys = x.view(np.uint32)
     cap = out_idx.size
     t = np.uint32(thr)
@@ -167,18 +172,21 @@ def _quantize_sym(x, block, qmax, out_q, out_scale):
 
 
 @numba.njit(**_JIT)
-def quantize_int8_numba(x, block, out_q, out_scale):  # noqa: D103
+def quantize_int8_numba(x, block, out_q, out_scale):
+    """Numba twin of :func:`dk.compress.reference.quantize_int8_reference`."""
     _quantize_sym(x, block, 127, out_q, out_scale)
 
 
 @numba.njit(**_JIT)
-def dequantize_int8_numba(q, scale, block, out):  # noqa: D103
+def dequantize_int8_numba(q, scale, block, out):
+    """Numba twin of :func:`dk.compress.reference.dequantize_int8_reference`."""
     for i in range(q.size):
         out[i] = np.float32(q[i]) * scale[i // block]
 
 
 @numba.njit(**_JIT)
-def quantize_int4_numba(x, block, out_packed, out_scale):  # noqa: D103
+def quantize_int4_numba(x, block, out_packed, out_scale):
+    """Numba twin of :func:`dk.compress.reference.quantize_int4_reference`."""
     n = x.size
     if n == 0:
         return
@@ -190,7 +198,8 @@ def quantize_int4_numba(x, block, out_packed, out_scale):  # noqa: D103
 
 
 @numba.njit(**_JIT)
-def dequantize_int4_numba(packed, scale, block, out):  # noqa: D103
+def dequantize_int4_numba(packed, scale, block, out):
+    """Numba twin of :func:`dk.compress.reference.dequantize_int4_reference`."""
     for i in range(out.size):
         byte = np.int32(packed[i >> 1])
         nib = (byte >> 4) if (i & 1) else (byte & 0x0F)
@@ -200,7 +209,8 @@ def dequantize_int4_numba(packed, scale, block, out):  # noqa: D103
 
 
 @numba.njit(**_JIT)
-def quantize_qsgd_numba(x, block, levels, seed, counter, out_q, out_scale):  # noqa: D103
+def quantize_qsgd_numba(x, block, levels, seed, counter, out_q, out_scale):
+    """Numba twin of :func:`dk.compress.reference.quantize_qsgd_reference`."""
     n = x.size
     fl_levels = np.float32(levels)
     s = np.uint64(seed)
@@ -226,7 +236,8 @@ def quantize_qsgd_numba(x, block, levels, seed, counter, out_q, out_scale):  # n
 
 
 @numba.njit(**_JIT)
-def dequantize_qsgd_numba(q, scale, block, levels, out):  # noqa: D103
+def dequantize_qsgd_numba(q, scale, block, levels, out):
+    """Numba twin of :func:`dk.compress.reference.dequantize_qsgd_reference`."""
     fl_levels = np.float32(levels)
     for i in range(q.size):
         out[i] = np.float32(q[i]) * np.float32(scale[i // block] / fl_levels)

@@ -91,7 +91,9 @@ def topk_exact_reference(x: np.ndarray, k: int, out_idx: np.ndarray, out_val: np
     return k
 
 
-def sample_threshold_reference(x: np.ndarray, k: int, n_samples: int, seed: int, counter: int) -> int:
+def sample_threshold_reference(
+    x: np.ndarray, k: int, n_samples: int, seed: int, counter: int
+) -> int:
     """Estimate the key of the k-th largest element from a random sample (DGC, spec §3.3).
 
     Sample ``m = min(n_samples, n)`` positions ``j = (hi32(z) * n) >> 32`` with generator
@@ -117,7 +119,9 @@ def sample_threshold_reference(x: np.ndarray, k: int, n_samples: int, seed: int,
     return int(sample[m - ks])
 
 
-def select_threshold_reference(x: np.ndarray, thr: int, out_idx: np.ndarray, out_val: np.ndarray) -> int:
+def select_threshold_reference(
+    x: np.ndarray, thr: int, out_idx: np.ndarray, out_val: np.ndarray
+) -> int:
     """Write the elements whose key is ``>= thr`` in index order, up to the buffer size.
 
     Args:
@@ -149,7 +153,9 @@ def _per_element(values: np.ndarray, block: int, n: int) -> np.ndarray:
     return np.repeat(values, block)[:n]
 
 
-def quantize_int8_reference(x: np.ndarray, block: int, out_q: np.ndarray, out_scale: np.ndarray) -> None:
+def quantize_int8_reference(
+    x: np.ndarray, block: int, out_q: np.ndarray, out_scale: np.ndarray
+) -> None:
     """Symmetric int8 block quantization (spec §3.4).
 
     ``scale = absmax(block) / 127``; ``q = clip(rint(x / scale), -127, 127)``; a block whose
@@ -164,7 +170,9 @@ def quantize_int8_reference(x: np.ndarray, block: int, out_q: np.ndarray, out_sc
     _quantize_sym(x, block, INT8_MAX, out_q, out_scale)
 
 
-def _quantize_sym(x: np.ndarray, block: int, qmax: int, out_q: np.ndarray, out_scale: np.ndarray) -> None:
+def _quantize_sym(
+    x: np.ndarray, block: int, qmax: int, out_q: np.ndarray, out_scale: np.ndarray
+) -> None:
     n = x.size
     scale = _block_absmax(x, block) / np.float32(qmax)
     out_scale[:] = scale
@@ -175,7 +183,9 @@ def _quantize_sym(x: np.ndarray, block: int, qmax: int, out_q: np.ndarray, out_s
     out_q[:n] = q.astype(np.int8)
 
 
-def dequantize_int8_reference(q: np.ndarray, scale: np.ndarray, block: int, out: np.ndarray) -> None:
+def dequantize_int8_reference(
+    q: np.ndarray, scale: np.ndarray, block: int, out: np.ndarray
+) -> None:
     """Inverse of :func:`quantize_int8_reference`: ``out = q * scale`` (float32).
 
     Args:
@@ -187,7 +197,9 @@ def dequantize_int8_reference(q: np.ndarray, scale: np.ndarray, block: int, out:
     out[:] = q.astype(np.float32) * _per_element(scale, block, q.size)
 
 
-def quantize_int4_reference(x: np.ndarray, block: int, out_packed: np.ndarray, out_scale: np.ndarray) -> None:
+def quantize_int4_reference(
+    x: np.ndarray, block: int, out_packed: np.ndarray, out_scale: np.ndarray
+) -> None:
     """Symmetric int4 block quantization, two codes per byte (spec §3.4).
 
     As int8 with ``qmax = 7``; code ``i`` goes to the low nibble of byte ``i // 2`` when ``i``
@@ -208,7 +220,9 @@ def quantize_int4_reference(x: np.ndarray, block: int, out_packed: np.ndarray, o
     out_packed[:] = nib[0::2] | (nib[1::2] << np.uint8(4))
 
 
-def dequantize_int4_reference(packed: np.ndarray, scale: np.ndarray, block: int, out: np.ndarray) -> None:
+def dequantize_int4_reference(
+    packed: np.ndarray, scale: np.ndarray, block: int, out: np.ndarray
+) -> None:
     """Inverse of :func:`quantize_int4_reference`.
 
     Args:
@@ -225,7 +239,13 @@ def dequantize_int4_reference(packed: np.ndarray, scale: np.ndarray, block: int,
 
 
 def quantize_qsgd_reference(
-    x: np.ndarray, block: int, levels: int, seed: int, counter: int, out_q: np.ndarray, out_scale: np.ndarray
+    x: np.ndarray,
+    block: int,
+    levels: int,
+    seed: int,
+    counter: int,
+    out_q: np.ndarray,
+    out_scale: np.ndarray,
 ) -> None:
     """Stochastic (QSGD) quantization with a per-block max-norm (spec §3.5).
 
@@ -255,7 +275,9 @@ def quantize_qsgd_reference(
     out_q[:] = np.where(x < 0, -q, q).astype(np.int8)
 
 
-def dequantize_qsgd_reference(q: np.ndarray, scale: np.ndarray, block: int, levels: int, out: np.ndarray) -> None:
+def dequantize_qsgd_reference(
+    q: np.ndarray, scale: np.ndarray, block: int, levels: int, out: np.ndarray
+) -> None:
     """Inverse of :func:`quantize_qsgd_reference`: ``out = q * (absmax / levels)``.
 
     Args:
