@@ -1,0 +1,164 @@
+"""Canonical tensor encoding and chunked checkpoint commitments (SPEC §4).
+
+A *tensor set* (``dict[str, numpy.ndarray]``) has one canonical byte stream::
+
+    stream  = MAGIC(b"DKT1") || u64(count) || tensor_1 || ... || tensor_count
+    tensor  = u32(len(name)) || name (UTF-8) || u8(dtype code) || u8(ndim)
+              || u64(dim_1) || ... || u64(dim_ndim) || data (C order, little-endian)
+
+in ascending order of the names' UTF-8 bytes. The commitment (``tensors_root``) is the Merkle
+root (SPEC §3) over the stream cut into ``CHUNK_SIZE`` byte chunks (the last one shorter).
+Nothing is copied for the big tensors: chunks that fall inside one tensor are hashed straight
+from its memory.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from dk.crypto.merkle import leaf_hash, merkle_root
+from dk.errors import FormatError
+
+MAGIC = b"DKT1"
+CHUNK_SIZE = 65536
+MAX_NAME_BYTES = 1024
+MAX_NDIM = 8
+
+# SPEC §4.1: dtype codes. Never renumber.
+DTYPE_CODES: dict[str, int] = {
+    "float32": 1,
+    "float64": 2,
+    "int64": 3,
+    "uint8": 4,
+    "int32": 5,
+}
+CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+
+
+def _as_le(name: str, array: np.ndarray) -> np.ndarray:
+    dt = array.dtype
+    if dt.name not in DTYPE_CODES:
+        raise FormatError(f"tensor {name!r}: dtype {dt} is not encodable (SPEC §4.1)")
+    if array.ndim > MAX_NDIM:
+        raise FormatError(f"tensor {name!r}: {array.ndim} dimensions, at most {MAX_NDIM}")
+    # np.ascontiguousarray would turn a 0-d array into shape (1,): keep the shape.
+    return np.ascontiguousarray(array, dtype=dt.newbyteorder("<")).reshape(array.shape)
+
+
+def tensor_header(name: str, array: np.ndarray) -> bytes:
+    """Header bytes of one tensor in the canonical stream."""
+    raw = name.encode("utf-8")
+    if not 0 < len(raw) <= MAX_NAME_BYTES:
+        raise FormatError(f"tensor name must be 1..{MAX_NAME_BYTES} UTF-8 bytes: {name!r}")
+    return (
+        struct.pack("<I", len(raw))
+        + raw
+        + bytes([DTYPE_CODES[array.dtype.name], array.ndim])
+        + b"".join(struct.pack("<Q", d) for d in array.shape)
+    )
+
+
+def sorted_names(tensors: Mapping[str, np.ndarray]) -> list[str]:
+    """Names in canonical order (ascending UTF-8 bytes)."""
+    return sorted(tensors, key=lambda n: n.encode("utf-8"))
+
+
+def _segments(tensors: Mapping[str, np.ndarray]) -> Iterator[memoryview]:
+    yield memoryview(MAGIC + struct.pack("<Q", len(tensors)))
+    for name in sorted_names(tensors):
+        arr = _as_le(name, np.asarray(tensors[name]))
+        yield memoryview(tensor_header(name, arr))
+        if arr.size:
+            yield memoryview(arr).cast("B")
+
+
+def encode_tensors(tensors: Mapping[str, np.ndarray]) -> bytes:
+    """The whole canonical stream as bytes (for vectors and small sets)."""
+    return b"".join(bytes(s) for s in _segments(tensors))
+
+
+def iter_chunks(tensors: Mapping[str, np.ndarray], chunk_size: int = CHUNK_SIZE) -> Iterator[
+    memoryview | bytes
+]:
+    """Yield the canonical stream in ``chunk_size`` pieces without copying large tensors."""
+    pending = bytearray()
+    for seg in _segments(tensors):
+        pos = 0
+        if pending:
+            take = min(chunk_size - len(pending), len(seg))
+            pending += seg[:take]
+            pos = take
+            if len(pending) == chunk_size:
+                yield bytes(pending)
+                pending = bytearray()
+        while len(seg) - pos >= chunk_size:
+            yield seg[pos : pos + chunk_size]
+            pos += chunk_size
+        if pos < len(seg):
+            pending += seg[pos:]
+    if pending:
+        yield bytes(pending)
+
+
+def chunk_leaf_hashes(
+    tensors: Mapping[str, np.ndarray], *, chunk_size: int = CHUNK_SIZE, threads: int = 1
+) -> list[bytes]:
+    """Leaf hashes of every chunk; ``threads > 1`` hashes in parallel (same result)."""
+    chunks = iter_chunks(tensors, chunk_size)
+    if threads <= 1:
+        return [leaf_hash(c) for c in chunks]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(leaf_hash, chunks, chunksize=16))
+
+
+def tensors_root(
+    tensors: Mapping[str, np.ndarray], *, chunk_size: int = CHUNK_SIZE, threads: int = 1
+) -> bytes:
+    """Commitment to a tensor set: Merkle root over its canonical chunks (SPEC §4.2)."""
+    return merkle_root(chunk_leaf_hashes(tensors, chunk_size=chunk_size, threads=threads))
+
+
+def decode_tensors(data: bytes, *, max_tensors: int = 100_000) -> dict[str, np.ndarray]:
+    """Parse a canonical stream back into tensors (strict; used by vectors and tests)."""
+    view = memoryview(data)
+    if len(view) < 12 or bytes(view[:4]) != MAGIC:
+        raise FormatError("not a canonical tensor stream (bad magic)")
+    (count,) = struct.unpack_from("<Q", view, 4)
+    if count > max_tensors:
+        raise FormatError(f"tensor count {count} over the limit {max_tensors}")
+    pos, out, last = 12, {}, None
+    for _ in range(count):
+        if pos + 4 > len(view):
+            raise FormatError("truncated tensor header")
+        (nlen,) = struct.unpack_from("<I", view, pos)
+        if not 0 < nlen <= MAX_NAME_BYTES or pos + 4 + nlen + 2 > len(view):
+            raise FormatError("bad tensor name length")
+        raw = bytes(view[pos + 4 : pos + 4 + nlen])
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FormatError("tensor name is not UTF-8") from None
+        if last is not None and raw <= last:
+            raise FormatError("tensor names not in strictly ascending order")
+        last = raw
+        pos += 4 + nlen
+        code, ndim = view[pos], view[pos + 1]
+        pos += 2
+        if code not in CODE_DTYPES or ndim > MAX_NDIM or pos + 8 * ndim > len(view):
+            raise FormatError(f"tensor {name!r}: bad dtype code or rank")
+        shape = struct.unpack_from(f"<{ndim}Q", view, pos)
+        pos += 8 * ndim
+        dt = np.dtype(CODE_DTYPES[code]).newbyteorder("<")
+        n = int(np.prod(shape, dtype=object)) if ndim else 1
+        nbytes = n * dt.itemsize
+        if pos + nbytes > len(view):
+            raise FormatError(f"tensor {name!r}: data truncated")
+        out[name] = np.frombuffer(view[pos : pos + nbytes], dtype=dt).reshape(shape).copy()
+        pos += nbytes
+    if pos != len(view):
+        raise FormatError("trailing bytes after the last tensor")
+    return out

@@ -1,0 +1,104 @@
+"""A fully specified pseudo-random stream: ChaCha20 keyed by a tagged hash (SPEC §5).
+
+dk never uses numpy's or torch's generators for anything a verifier must re-derive. A stream
+is named by ``(purpose, seed, label)``::
+
+    key    = tagged_hash(TAG_STREAM, u8(len(purpose)) || purpose || u64(seed) || label)
+    words  = ChaCha20(key, counter=0, nonce=0^12) keystream, read as little-endian u64
+
+(RFC 8439 block function; ``cryptography``'s ChaCha20 takes the 16-byte counter||nonce.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher
+from cryptography.hazmat.primitives.ciphers.algorithms import ChaCha20
+
+from dk.crypto.hashing import TAG_STREAM, tagged_hash, u64
+
+_TWO64 = 1 << 64
+
+
+def stream_key(purpose: str, seed: int, label: bytes = b"") -> bytes:
+    """The 32-byte ChaCha20 key of a named stream."""
+    p = purpose.encode("ascii")
+    if not 0 < len(p) < 256:
+        raise ValueError("purpose must be 1..255 ASCII bytes")
+    if not 0 <= seed < _TWO64:
+        raise ValueError("seed must fit in an unsigned 64-bit integer")
+    return tagged_hash(TAG_STREAM, bytes([len(p)]), p, u64(seed), label)
+
+
+def keystream(key: bytes, nbytes: int, *, offset_blocks: int = 0) -> bytes:
+    """``nbytes`` of ChaCha20 keystream starting at 64-byte block ``offset_blocks``."""
+    nonce = offset_blocks.to_bytes(4, "little") + b"\x00" * 12
+    enc = Cipher(ChaCha20(key, nonce), mode=None).encryptor()
+    return enc.update(b"\x00" * nbytes)
+
+
+def stream_words(key: bytes, n: int) -> np.ndarray:
+    """The first ``n`` u64 words of the stream with ``key``."""
+    return np.frombuffer(keystream(key, 8 * n), dtype="<u8").astype(np.uint64)
+
+
+class WordReader:
+    """Sequential reader of a stream's u64 words, with unbiased bounded integers."""
+
+    _BLOCK_WORDS = 512
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+        self._buf: list[int] = []
+        self._pos = 0
+        self._blocks = 0
+
+    def next_word(self) -> int:
+        """The next u64 word."""
+        if self._pos >= len(self._buf):
+            nbytes = 8 * self._BLOCK_WORDS
+            raw = keystream(self._key, nbytes, offset_blocks=self._blocks)
+            self._blocks += nbytes // 64
+            self._buf = np.frombuffer(raw, dtype="<u8").tolist()
+            self._pos = 0
+        w = self._buf[self._pos]
+        self._pos += 1
+        return int(w)
+
+    def uniform_int(self, bound: int) -> int:
+        """Uniform integer in ``[0, bound)`` by rejection (SPEC §5.2)."""
+        if not 0 < bound <= _TWO64:
+            raise ValueError("bound out of range")
+        limit = _TWO64 - (_TWO64 % bound)
+        while True:
+            w = self.next_word()
+            if w < limit:
+                return w % bound
+
+
+def permutation(key: bytes, n: int) -> np.ndarray:
+    """Fisher–Yates permutation of ``range(n)`` driven by the stream (SPEC §5.3)."""
+    r = WordReader(key)
+    a = list(range(n))
+    for i in range(n - 1, 0, -1):
+        j = r.uniform_int(i + 1)
+        a[i], a[j] = a[j], a[i]
+    return np.asarray(a, dtype=np.int64)
+
+
+def sample_without_replacement(key: bytes, n: int, s: int) -> list[int]:
+    """First ``s`` entries of a partial Fisher–Yates shuffle of ``range(n)`` (SPEC §5.4)."""
+    if not 0 <= s <= n:
+        raise ValueError("sample size out of range")
+    r = WordReader(key)
+    a = list(range(n))
+    for i in range(s):
+        j = i + r.uniform_int(n - i)
+        a[i], a[j] = a[j], a[i]
+    return a[:s]
+
+
+def uniform_floats(key: bytes, n: int) -> np.ndarray:
+    """``n`` float64 values in ``[0, 1)``: ``(w >> 11) * 2**-53`` (SPEC §5.5)."""
+    w = stream_words(key, n)
+    return (w >> np.uint64(11)).astype(np.float64) * (2.0**-53)

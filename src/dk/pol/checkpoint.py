@@ -1,0 +1,192 @@
+"""Checkpoints: the committed state at a step, its schema, and the blob store (SPEC §10).
+
+A checkpoint is a tensor set with these names:
+
+* ``model/<param>``: float32 weights;
+* ``optim/<param>/<state>``: optimizer state as the optimizer holds it (SGD ``momentum_buffer``,
+  absent before the first step; Adam ``exp_avg``, ``exp_avg_sq``, ``step``);
+* ``optim/<hparam>``: float64 scalars of the job's hyperparameters (``lr``, ``momentum``,
+  ``weight_decay``; Adam ``beta1``, ``beta2``, ``eps``), checked against the job;
+* ``meta/step``: int64 scalar; ``sampler/state``: int64 ``[epoch, position]`` of the next step;
+* ``compress/...``: codec state, when the job compresses gradients.
+
+Its commitment is ``tensors_root`` (SPEC §4). Blobs are stored content-addressed as
+``blobs/<root hex>.safetensors`` and are never unpickled.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dk.crypto.encoding import tensors_root
+from dk.errors import FormatError
+from dk.pol.models import init_params, param_specs
+
+Tensors = dict[str, np.ndarray]
+
+MAX_BLOB_BYTES = 4 * 1024**3
+
+
+def hparam_tensors(job: Any) -> Tensors:
+    """The hyperparameter scalars a checkpoint must carry (from the job)."""
+    t = job.train
+    names = (
+        {"lr": t["lr"], "momentum": t["momentum"], "weight_decay": t["weight_decay"]}
+        if t["optimizer"] == "sgd"
+        else {
+            "lr": t["lr"],
+            "beta1": t["betas"][0],
+            "beta2": t["betas"][1],
+            "eps": t["eps"],
+            "weight_decay": t["weight_decay"],
+        }
+    )
+    return {f"optim/{k}": np.array(v, dtype=np.float64) for k, v in names.items()}
+
+
+def meta_tensors(job: Any, step: int, steps_per_epoch: int) -> Tensors:
+    """``meta/step`` and ``sampler/state`` for ``step``."""
+    e, p = divmod(step, steps_per_epoch)
+    return {
+        "meta/step": np.array(step, dtype=np.int64),
+        "sampler/state": np.array([e, p], dtype=np.int64),
+    }
+
+
+def initial_checkpoint(job: Any, steps_per_epoch: int) -> Tensors:
+    """Checkpoint 0 as the job defines it (SPEC §10.2)."""
+    ck = {f"model/{k}": v for k, v in init_params(job.model, job.seed).items()}
+    ck.update(hparam_tensors(job))
+    ck.update(meta_tensors(job, 0, steps_per_epoch))
+    return ck
+
+
+def expected_schema(job: Any, step: int) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Names, dtypes and shapes a checkpoint at ``step`` must have (codec state excluded)."""
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    t = job.train
+    for name, shape, _ in param_specs(job.model):
+        out[f"model/{name}"] = ("float32", shape)
+        if step > 0 and t["optimizer"] == "sgd" and t["momentum"] > 0:
+            out[f"optim/{name}/momentum_buffer"] = ("float32", shape)
+        if step > 0 and t["optimizer"] == "adam":
+            out[f"optim/{name}/exp_avg"] = ("float32", shape)
+            out[f"optim/{name}/exp_avg_sq"] = ("float32", shape)
+            out[f"optim/{name}/step"] = ("float32", ())
+    for k in hparam_tensors(job):
+        out[k] = ("float64", ())
+    out["meta/step"] = ("int64", ())
+    out["sampler/state"] = ("int64", (2,))
+    return out
+
+
+def model_tensors(ck: Mapping[str, np.ndarray]) -> Tensors:
+    """The ``model/*`` tensors of a checkpoint, keyed by parameter name."""
+    return {k[len("model/") :]: v for k, v in ck.items() if k.startswith("model/")}
+
+
+def update_norm(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float:
+    """L2 norm (float64) of ``b - a`` over the model weights of two checkpoints."""
+    total = 0.0
+    for k, va in a.items():
+        if k.startswith("model/"):
+            d = np.asarray(b[k], dtype=np.float64) - np.asarray(va, dtype=np.float64)
+            total += float(np.dot(d.ravel(), d.ravel()))
+    return float(np.sqrt(total))
+
+
+def checkpoint_root(ck: Mapping[str, np.ndarray]) -> bytes:
+    """Commitment of a checkpoint (SPEC §4.2)."""
+    return tensors_root(ck)
+
+
+def blob_name(root: bytes) -> str:
+    """Relative path of a checkpoint blob inside a run or bundle (SPEC §11.3)."""
+    return f"blobs/{root.hex()}.safetensors"
+
+
+def write_blob(directory: Path, tensors: Mapping[str, np.ndarray], root: bytes | None = None) -> tuple[bytes, Path, int]:
+    """Write a checkpoint blob atomically; returns (root, path, size). Idempotent."""
+    from safetensors.numpy import save
+
+    root = root if root is not None else checkpoint_root(tensors)
+    path = directory / blob_name(root)
+    if path.exists():
+        return root, path, path.stat().st_size
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = save({k: np.ascontiguousarray(v).reshape(np.shape(v)) for k, v in tensors.items()})
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".safetensors")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return root, path, len(data)
+
+
+def parse_blob(data: bytes) -> Tensors:
+    """Parse safetensors bytes from an untrusted source (no pickle; strict)."""
+    from safetensors.numpy import load
+
+    if len(data) < 8:
+        raise FormatError("checkpoint blob truncated", reason="BLOB_MALFORMED")
+    header_len = int.from_bytes(data[:8], "little")
+    if header_len > min(len(data) - 8, 16 * 1024 * 1024):
+        raise FormatError("checkpoint blob header length out of range", reason="BLOB_MALFORMED")
+    try:
+        tensors = load(data)
+    except Exception as e:  # safetensors raises its own SafetensorError
+        raise FormatError(f"checkpoint blob is not valid safetensors: {e}", reason="BLOB_MALFORMED") from None
+    return {k: np.asarray(v) for k, v in tensors.items()}
+
+
+def read_blob_file(path: Path, *, limit: int = MAX_BLOB_BYTES) -> bytes:
+    """Read a blob with a size bound; refuses links and non-regular files."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise FormatError(f"blob missing: {path.name}", reason="BLOB_MISSING") from None
+    import stat as _stat
+
+    if not _stat.S_ISREG(st.st_mode):
+        raise FormatError(f"blob {path.name} is not a regular file", reason="BAD_PATH")
+    if st.st_size > limit:
+        raise FormatError(f"blob {path.name} is {st.st_size} bytes, over the {limit} limit", reason="BLOB_TOO_LARGE")
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FormatError(f"blob {path.name} over the size limit", reason="BLOB_TOO_LARGE")
+    return data
+
+
+def check_schema(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> None:
+    """Raise ``FormatError`` unless ``ck`` has exactly the expected names, dtypes, shapes
+    and only finite floats."""
+    schema = expected_schema(job, step)
+    names = {k for k in ck if not k.startswith("compress/")}
+    if names != set(schema):
+        missing, extra = sorted(set(schema) - names), sorted(names - set(schema))
+        raise FormatError(
+            f"checkpoint at step {step}: tensors missing {missing[:3]} extra {extra[:3]}",
+            reason="SHAPE_MISMATCH",
+        )
+    for k, (dt, shape) in schema.items():
+        v = ck[k]
+        if v.dtype.name != dt or tuple(v.shape) != shape:
+            raise FormatError(
+                f"checkpoint at step {step}: {k} is {v.dtype.name}{list(v.shape)}, expected {dt}{list(shape)}",
+                reason="SHAPE_MISMATCH",
+            )
+    for k, v in ck.items():
+        if v.dtype.kind == "f" and not np.isfinite(v).all():
+            raise FormatError(f"checkpoint at step {step}: {k} has NaN or infinite values", reason="TENSOR_INVALID")

@@ -1,0 +1,251 @@
+"""Record a PoL transcript from a user's own PyTorch loop (opacus-style ``attach``).
+
+>>> rec = Recorder(job, "run/")                                     # doctest: +SKIP
+>>> model, optimizer, loader = rec.attach(model=build_model(job),   # doctest: +SKIP
+...     optimizer=torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9))
+>>> for x, y in loader:                                             # doctest: +SKIP
+...     optimizer.zero_grad(); loss_fn(model(x), y).backward(); optimizer.step()
+>>> info = rec.finish()                                             # doctest: +SKIP
+
+``attach`` checks that the model, optimizer and loader are the job's, and returns the model,
+the optimizer wrapped so that each ``step()`` is counted, and a loader that yields the job's
+batches in the job's order. Every ``k`` steps a snapshot is taken; hashing and writing happen
+on a background thread so training is not held up.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dk.crypto.hashing import digests_equal
+from dk.errors import DkError, FormatError
+from dk.pol.checkpoint import Tensors, checkpoint_root, update_norm, write_blob
+from dk.pol.data import Dataset, load_dataset
+from dk.pol.job import JobSpec, as_job
+from dk.pol.models import init_params, param_specs
+from dk.pol.run import CheckpointEntry, IntervalEntry, RunInfo, write_run
+from dk.pol.sampler import job_sampler
+from dk.pol.torch_adapter import batch_tensors, deterministic, snapshot
+
+
+class JobMismatch(DkError, ValueError):
+    """The model, optimizer or loader handed to ``attach`` is not the job's."""
+
+
+def check_data(job: JobSpec, dataset: Dataset) -> None:
+    """Raise unless the dataset's commitment equals the job's ``data.root``."""
+    want = job.data.get("root", "")
+    if want and not digests_equal(dataset.root(), bytes.fromhex(want)):
+        raise FormatError("the dataset does not match the job's data.root", reason="DATA_MISMATCH")
+
+
+class _RecordedOptimizer:
+    """Delegates to the user's optimizer and tells the recorder about each ``step()``."""
+
+    def __init__(self, inner: torch.optim.Optimizer, recorder: Recorder) -> None:
+        self._inner, self._recorder = inner, recorder
+
+    def step(self, closure: Any = None) -> Any:
+        out = self._inner.step(closure)
+        self._recorder._on_step()
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class JobLoader:
+    """Yields ``(x, y)`` torch batches of the job, one per remaining step."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self._rec = recorder
+
+    def __len__(self) -> int:
+        return self._rec.job.steps - self._rec.step
+
+    def __iter__(self) -> Any:
+        rec = self._rec
+        for t in range(rec.step, rec.job.steps):
+            if rec.step != t:
+                raise JobMismatch(
+                    f"optimizer.step() must be called exactly once per batch (step {rec.step}, batch {t})"
+                )
+            yield batch_tensors(rec.dataset, rec.sampler.batch(t))
+
+
+class Recorder:
+    """Wraps a training loop and writes a run directory (see module docs)."""
+
+    def __init__(self, job: JobSpec | str | Path, run_dir: str | Path, *,
+                 dataset: Dataset | None = None, progress: Any = None) -> None:
+        self.job = as_job(job)
+        self.run_dir = Path(run_dir)
+        self.dataset = dataset if dataset is not None else load_dataset(self.job)
+        check_data(self.job, self.dataset)
+        self.sampler = job_sampler(self.job, len(self.dataset))
+        self.step = 0
+        self.progress = progress
+        self._ckpt_steps = self.job.checkpoint_steps()
+        self._next = 1
+        self._model: torch.nn.Module | None = None
+        self._opt: torch.optim.Optimizer | None = None
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
+        self._error: BaseException | None = None
+        self._det = deterministic(1 if self.job.mode in ("exact", "zk") else None)
+        self.info = RunInfo(
+            job_id=self.job.job_id.hex(), data_root=self.dataset.root().hex(),
+            interval=self.job.interval, steps=self.job.steps,
+        )
+
+    # -- attach ------------------------------------------------------------------------
+    def _check_model(self, model: torch.nn.Module) -> None:
+        got = {n: tuple(p.shape) for n, p in model.named_parameters()}
+        want = {n: s for n, s, _ in param_specs(self.job.model)}
+        if got != want:
+            raise JobMismatch(f"model parameters {got} are not the job's {self.job.model['arch']} {want}")
+        for name, value in init_params(self.job.model, self.job.seed).items():
+            if not np.array_equal(model.get_parameter(name).detach().numpy(), value):
+                raise JobMismatch(
+                    f"model weight {name} is not the job's initial weight (use dk.pol.build_model(job))"
+                )
+
+    def _check_optimizer(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> None:
+        t = self.job.train
+        cls = torch.optim.SGD if t["optimizer"] == "sgd" else torch.optim.Adam
+        if type(optimizer) is not cls:
+            raise JobMismatch(f"optimizer must be torch.optim.{cls.__name__} for this job")
+        if len(optimizer.param_groups) != 1:
+            raise JobMismatch("optimizer must have exactly one parameter group")
+        g = optimizer.param_groups[0]
+        if [id(p) for p in g["params"]] != [id(p) for p in model.parameters()]:
+            raise JobMismatch("optimizer must hold the model's parameters in model order")
+        want: dict[str, Any] = {"lr": t["lr"], "weight_decay": t["weight_decay"], "maximize": False}
+        if t["optimizer"] == "sgd":
+            want.update(momentum=t["momentum"], dampening=0, nesterov=False)
+        else:
+            want.update(betas=tuple(t["betas"]), eps=t["eps"], amsgrad=False)
+        for k, v in want.items():
+            got = tuple(g[k]) if isinstance(g.get(k), list | tuple) else g.get(k)
+            if got != v:
+                raise JobMismatch(f"optimizer {k}={got!r}, the job says {v!r}")
+        if g.get("foreach") or g.get("fused"):
+            raise JobMismatch("use foreach=False and fused=False (the replay's implementation)")
+        if optimizer.state:
+            raise JobMismatch("optimizer already has state; attach before the first step")
+
+    def attach(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+               loader: Any = None) -> tuple[torch.nn.Module, Any, JobLoader]:
+        """Check the user's objects against the job and start recording."""
+        self._check_model(model)
+        self._check_optimizer(optimizer, model)
+        if loader is not None:
+            bs = getattr(loader, "batch_size", None)
+            ds = getattr(loader, "dataset", None)
+            if bs is not None and bs != self.job.train["batch_size"]:
+                raise JobMismatch(f"loader batch_size {bs}, the job says {self.job.train['batch_size']}")
+            if ds is not None and hasattr(ds, "__len__") and len(ds) != len(self.dataset):
+                raise JobMismatch(f"loader dataset has {len(ds)} samples, the job's has {len(self.dataset)}")
+        self._model, self._opt = model, optimizer
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "run.log.jsonl").write_text("")
+        self._det.__enter__()
+        self._thread = threading.Thread(target=self._commit_loop, name="dk-commit", daemon=True)
+        self._thread.start()
+        self._snap(0, 0)
+        return model, _RecordedOptimizer(optimizer, self), JobLoader(self)
+
+    # -- recording ---------------------------------------------------------------------
+    def _snap(self, index: int, step: int) -> None:
+        assert self._model is not None and self._opt is not None
+        ck = snapshot(self._model, self._opt, self.job, step, self.sampler.steps_per_epoch)
+        self._put((index, step, ck))
+
+    def _put(self, item: Any) -> None:
+        while True:
+            if self._error is not None:
+                raise self._error
+            try:
+                self._queue.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
+
+    def _on_step(self) -> None:
+        self.step += 1
+        if self.step > self.job.steps:
+            raise JobMismatch(f"more optimizer steps than the job's {self.job.steps}")
+        if self.progress is not None:
+            self.progress(self.step)
+        if self._next < len(self._ckpt_steps) and self.step == self._ckpt_steps[self._next]:
+            self._snap(self._next, self.step)
+            self._next += 1
+
+    def _commit_loop(self) -> None:
+        prev: Tensors | None = None
+        log = open(self.run_dir / "run.log.jsonl", "a", encoding="utf-8")
+        try:
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    return
+                index, step, ck = item
+                root = checkpoint_root(ck)
+                _, _, nbytes = write_blob(self.run_dir, ck, root)
+                entry = CheckpointEntry(index=index, step=step, root=root.hex(), nbytes=nbytes)
+                self.info.checkpoints.append(entry)
+                line: dict[str, Any] = {"checkpoint": entry.__dict__}
+                if prev is not None:
+                    start = self.info.checkpoints[index - 1].step
+                    iv = IntervalEntry(
+                        index=index - 1, start_step=start, end_step=step,
+                        batch_commitment=self.sampler.batch_commitment(index - 1, start, step).hex(),
+                        update_norm=update_norm(prev, ck),
+                    )
+                    self.info.intervals.append(iv)
+                    line["interval"] = iv.__dict__
+                log.write(json.dumps(line) + "\n")
+                log.flush()
+                prev = ck
+        except BaseException as e:  # surfaced in the training thread
+            self._error = e
+            while True:  # drain so the producer never blocks forever
+                try:
+                    if self._queue.get(timeout=1.0) is None:
+                        return
+                except queue.Empty:
+                    return
+        finally:
+            log.close()
+
+    def finish(self) -> RunInfo:
+        """Wait for pending commits, check the run is complete, write ``run.json``."""
+        try:
+            self._queue.put(None)
+            self._thread.join()
+        finally:
+            self._det.__exit__(None, None, None)
+        if self._error is not None:
+            raise self._error
+        if self.step != self.job.steps:
+            raise JobMismatch(f"training stopped at step {self.step} of {self.job.steps}")
+        self.info.complete = True
+        write_run(self.run_dir, self.info)
+        return self.info
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.finish()
+        elif hasattr(self, "_thread"):
+            self._queue.put(None)
+            self._thread.join()
+            self._det.__exit__(None, None, None)

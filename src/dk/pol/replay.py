@@ -1,0 +1,90 @@
+"""The replay engine: re-run one interval from its committed start checkpoint (SPEC §12).
+
+Everything that shapes the computation comes from the job (model, optimizer, hyperparameters,
+loss, data, sampler), never from the bundle; the bundle only supplies the start state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dk.pol.checkpoint import Tensors, model_tensors
+from dk.pol.data import Dataset
+from dk.pol.job import JobSpec
+from dk.pol.sampler import job_sampler
+
+
+def replay_interval(job: JobSpec, dataset: Dataset, start: Mapping[str, np.ndarray],
+                    start_step: int, end_step: int, *, threads: int | None = 1) -> Tensors:
+    """Replay steps ``start_step .. end_step - 1`` from ``start``; returns the end checkpoint.
+
+    Args:
+        job: the job (source of every hyperparameter).
+        dataset: the verifier's copy of the job's data.
+        start: the committed start checkpoint.
+        start_step: its step.
+        end_step: the step after the last replayed one.
+        threads: torch intra-op threads (1 with deterministic algorithms for exact mode;
+            ``None`` leaves torch's defaults, as in tolerant training).
+    """
+    from dk.pol.models import build_torch_model
+    from dk.pol.torch_adapter import (
+        batch_tensors,
+        deterministic,
+        make_loss,
+        make_optimizer,
+        restore,
+        snapshot,
+        train_step,
+    )
+
+    sampler = job_sampler(job, len(dataset))
+    with deterministic(threads):
+        model = build_torch_model(job.model)
+        optimizer = make_optimizer(job, model.parameters())
+        restore(start, model, optimizer, job)
+        loss_fn = make_loss(job, dataset.output_dim)
+        for t in range(start_step, end_step):
+            x, y = batch_tensors(dataset, sampler.batch(t))
+            train_step(model, optimizer, loss_fn, x, y)
+        return snapshot(model, optimizer, job, end_step, sampler.steps_per_epoch)
+
+
+def distances(start: Mapping[str, np.ndarray], claimed: Mapping[str, np.ndarray],
+              replayed: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """Tolerant-mode distances between the claimed and replayed end weights (SPEC §12.3).
+
+    Returns ``l2`` (‖claimed − replayed‖₂ / ‖claimed − start‖₂), ``linf`` (max |claimed −
+    replayed| / max |claimed − start|) and ``cosine`` (cosine similarity of the claimed and
+    replayed updates).
+    """
+    a, c, r = (np.concatenate([v.astype(np.float64).ravel() for _, v in sorted(model_tensors(t).items())])
+               for t in (start, claimed, replayed))
+    upd_c, upd_r, diff = c - a, r - a, c - r
+    tiny = np.finfo(np.float64).tiny
+    nc, nr = float(np.linalg.norm(upd_c)), float(np.linalg.norm(upd_r))
+    return {
+        "l2": float(np.linalg.norm(diff)) / max(nc, tiny),
+        "linf": float(np.max(np.abs(diff), initial=0.0)) / max(float(np.max(np.abs(upd_c), initial=0.0)), tiny),
+        "cosine": float(np.dot(upd_c, upd_r)) / max(nc * nr, tiny),
+    }
+
+
+def replay_matches(job: JobSpec, dataset: Dataset, start: Mapping[str, np.ndarray],
+                   claimed: Mapping[str, np.ndarray] | None, claimed_root: bytes,
+                   start_step: int, end_step: int) -> tuple[bool, dict[str, Any]]:
+    """Replay an interval and judge it by the job's mode; returns (ok, figures)."""
+    from dk.crypto.hashing import digests_equal
+    from dk.pol.checkpoint import checkpoint_root
+
+    exact = job.mode in ("exact", "zk")
+    end = replay_interval(job, dataset, start, start_step, end_step, threads=1 if exact else None)
+    if exact:
+        root = checkpoint_root(end)
+        return digests_equal(root, claimed_root), {"replayed_root": root.hex()}
+    assert claimed is not None
+    d = distances(start, claimed, end)
+    return d["l2"] <= float(job.pol["tolerance"]), d

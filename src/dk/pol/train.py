@@ -1,0 +1,39 @@
+"""``dk train``: train a job's model with recording (the worker's default loop)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dk.pol.data import load_dataset
+from dk.pol.job import JobSpec, as_job
+from dk.pol.models import build_model
+from dk.pol.recorder import Recorder
+from dk.pol.run import RunInfo
+from dk.pol.torch_adapter import make_loss, make_optimizer
+
+
+def train_job(job: JobSpec | str | Path, run_dir: str | Path, *, progress: Any = None) -> RunInfo:
+    """Train ``job`` from its initial weights, writing a run directory to ``run_dir``.
+
+    Args:
+        job: the job (or a path to ``job.toml``).
+        run_dir: output directory (created).
+        progress: optional ``callable(step)`` called after every step.
+
+    Returns:
+        The run's summary (also written as ``run_dir/run.json``).
+    """
+    job = as_job(job)
+    dataset = load_dataset(job)
+    model = build_model(job)
+    optimizer = make_optimizer(job, model.parameters())
+    loss_fn = make_loss(job, dataset.output_dim)
+    rec = Recorder(job, run_dir, dataset=dataset, progress=progress)
+    model, optimizer, loader = rec.attach(model=model, optimizer=optimizer)
+    for x, y in loader:
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+    return rec.finish()
+

@@ -1,0 +1,195 @@
+"""The transcript: its leaves and root, the bundle manifest, and the signed digest (SPEC §11).
+
+Transcript leaves (each a 32-byte tagged hash, then hashed as a Merkle leaf)::
+
+    header  = H("dk/v1/transcript/header", job_id || worker_key || data_root
+                || u64(k) || u64(steps) || u64(m + 1))
+    leaf_j  = H("dk/v1/transcript/leaf", u64(j) || u64(step_j) || root_j
+                || batch_commitment_j || f64(update_norm_j))          for j = 0..m
+
+where ``batch_commitment_j`` and ``update_norm_j`` describe interval ``j - 1`` (the one ending at
+checkpoint ``j``; 32 zero bytes and 0.0 for ``j = 0``). ``transcript_root`` is the Merkle root
+over ``[header, leaf_0, …, leaf_m]``. The worker signs
+``H("dk/v1/signature", job_id || transcript_root || worker_key)`` with Ed25519.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dk.crypto.canonical_json import canonical_json, parse_json
+from dk.crypto.hashing import (
+    TAG_SIGNATURE,
+    TAG_TRANSCRIPT_HEADER,
+    TAG_TRANSCRIPT_LEAF,
+    f64,
+    parse_hex_digest,
+    tagged_hash,
+    u64,
+)
+from dk.crypto.merkle import leaf_hash, merkle_root
+from dk.errors import FormatError
+
+BUNDLE_FORMAT = "dk-pol-bundle"
+BUNDLE_VERSION = 1
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+MAX_CHECKPOINTS = 100_000
+ZERO32 = bytes(32)
+
+_TOP_KEYS = {"format", "version", "job_id", "worker_key", "data_root", "interval", "steps",
+             "chunk_size", "checkpoints", "intervals", "transcript_root"}
+_OPTIONAL_TOP = {"proofs"}
+_CK_KEYS = {"index", "step", "root", "blob", "nbytes"}
+_IV_KEYS = {"index", "start_step", "end_step", "batch_commitment", "update_norm"}
+
+
+def _bad(msg: str) -> FormatError:
+    return FormatError(f"manifest: {msg}", reason="MANIFEST_MALFORMED")
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A parsed, structurally valid manifest (values still unverified)."""
+
+    raw: dict[str, Any]
+
+    @property
+    def job_id(self) -> bytes:
+        return bytes.fromhex(self.raw["job_id"])
+
+    @property
+    def worker_key(self) -> bytes:
+        return bytes.fromhex(self.raw["worker_key"])
+
+    @property
+    def transcript_root(self) -> bytes:
+        return bytes.fromhex(self.raw["transcript_root"])
+
+    @property
+    def data_root(self) -> bytes:
+        return bytes.fromhex(self.raw["data_root"])
+
+    @property
+    def checkpoints(self) -> list[dict[str, Any]]:
+        return self.raw["checkpoints"]
+
+    @property
+    def intervals(self) -> list[dict[str, Any]]:
+        return self.raw["intervals"]
+
+    def to_bytes(self) -> bytes:
+        """Canonical JSON bytes (what ``manifest.json`` holds)."""
+        return canonical_json(self.raw)
+
+
+def header_leaf(job_id: bytes, worker_key: bytes, data_root: bytes, interval: int, steps: int,
+                n_checkpoints: int) -> bytes:
+    """The transcript's header leaf (SPEC §11.1)."""
+    return tagged_hash(TAG_TRANSCRIPT_HEADER, job_id, worker_key, data_root, u64(interval),
+                       u64(steps), u64(n_checkpoints))
+
+
+def checkpoint_leaf(index: int, step: int, root: bytes, batch_commitment: bytes,
+                    norm: float) -> bytes:
+    """The transcript leaf of checkpoint ``index`` (SPEC §11.1)."""
+    return tagged_hash(TAG_TRANSCRIPT_LEAF, u64(index), u64(step), root, batch_commitment, f64(norm))
+
+
+def transcript_leaves(m: dict[str, Any]) -> list[bytes]:
+    """All leaves (header first) of a manifest dict."""
+    leaves = [header_leaf(bytes.fromhex(m["job_id"]), bytes.fromhex(m["worker_key"]),
+                          bytes.fromhex(m["data_root"]), m["interval"], m["steps"],
+                          len(m["checkpoints"]))]
+    for ck in m["checkpoints"]:
+        j = ck["index"]
+        iv = m["intervals"][j - 1] if j > 0 else None
+        leaves.append(checkpoint_leaf(
+            j, ck["step"], bytes.fromhex(ck["root"]),
+            bytes.fromhex(iv["batch_commitment"]) if iv else ZERO32,
+            float(iv["update_norm"]) if iv else 0.0,
+        ))
+    return leaves
+
+
+def transcript_root(m: dict[str, Any]) -> bytes:
+    """The transcript root of a manifest dict (SPEC §11.1)."""
+    return merkle_root([leaf_hash(x) for x in transcript_leaves(m)])
+
+
+def signing_digest(job_id: bytes, root: bytes, worker_key: bytes) -> bytes:
+    """What the worker signs (SPEC §11.4)."""
+    return tagged_hash(TAG_SIGNATURE, job_id, root, worker_key)
+
+
+def _int(v: Any, what: str, lo: int = 0, hi: int = 1 << 62) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise _bad(f"{what} must be an integer in [{lo}, {hi}]")
+    return v
+
+
+def _hex(v: Any, what: str) -> None:
+    try:
+        parse_hex_digest(v, what=what)
+    except FormatError as e:
+        raise _bad(str(e)) from None
+
+
+def parse_manifest(data: bytes) -> Manifest:
+    """Parse and structurally check ``manifest.json`` bytes (SPEC §11.2).
+
+    Raises:
+        FormatError: with ``reason`` MANIFEST_TOO_LARGE, MANIFEST_MALFORMED or
+            UNSUPPORTED_VERSION.
+    """
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise FormatError(f"manifest is over {MAX_MANIFEST_BYTES} bytes", reason="MANIFEST_TOO_LARGE")
+    try:
+        m = parse_json(data, limit=MAX_MANIFEST_BYTES, what="manifest")
+    except FormatError as e:
+        raise _bad(str(e)) from None
+    if not isinstance(m, dict):
+        raise _bad("top level must be an object")
+    if m.get("format") != BUNDLE_FORMAT:
+        raise _bad(f"format must be {BUNDLE_FORMAT!r}")
+    if m.get("version") != BUNDLE_VERSION:
+        raise FormatError(f"unsupported bundle version {m.get('version')!r}", reason="UNSUPPORTED_VERSION")
+    keys = set(m)
+    if not _TOP_KEYS <= keys or keys - _TOP_KEYS - _OPTIONAL_TOP:
+        raise _bad(f"keys must be {sorted(_TOP_KEYS)} (+ optional {sorted(_OPTIONAL_TOP)})")
+    for k in ("job_id", "worker_key", "data_root", "transcript_root"):
+        _hex(m[k], k)
+    k_ = _int(m["interval"], "interval", 1)
+    steps = _int(m["steps"], "steps", 1)
+    if m["chunk_size"] != 65536:
+        raise _bad("chunk_size must be 65536")
+    cks, ivs = m["checkpoints"], m["intervals"]
+    if not isinstance(cks, list) or not isinstance(ivs, list):
+        raise _bad("checkpoints and intervals must be lists")
+    if not 2 <= len(cks) <= MAX_CHECKPOINTS or len(ivs) != len(cks) - 1:
+        raise _bad("need m + 1 checkpoints and m intervals, m >= 1")
+    for j, ck in enumerate(cks):
+        if not isinstance(ck, dict) or set(ck) != _CK_KEYS:
+            raise _bad(f"checkpoint {j} must have keys {sorted(_CK_KEYS)}")
+        if _int(ck["index"], "checkpoint index") != j:
+            raise _bad(f"checkpoint {j} has index {ck['index']}")
+        _int(ck["step"], "checkpoint step")
+        _int(ck["nbytes"], "checkpoint nbytes")
+        _hex(ck["root"], f"checkpoint {j} root")
+        if not isinstance(ck["blob"], str) or len(ck["blob"]) > 256:
+            raise _bad(f"checkpoint {j} blob must be a short string")
+    for i, iv in enumerate(ivs):
+        if not isinstance(iv, dict) or set(iv) != _IV_KEYS:
+            raise _bad(f"interval {i} must have keys {sorted(_IV_KEYS)}")
+        if _int(iv["index"], "interval index") != i:
+            raise _bad(f"interval {i} has index {iv['index']}")
+        _int(iv["start_step"], "start_step")
+        _int(iv["end_step"], "end_step")
+        _hex(iv["batch_commitment"], f"interval {i} batch_commitment")
+        n = iv["update_norm"]
+        if isinstance(n, bool) or not isinstance(n, int | float) or n < 0:
+            raise _bad(f"interval {i} update_norm must be a non-negative number")
+    if "proofs" in m and not isinstance(m["proofs"], list):
+        raise _bad("proofs must be a list")
+    del k_, steps
+    return Manifest(m)

@@ -1,0 +1,113 @@
+"""Turn a recorded run into a signed bundle directory (SPEC §11.3).
+
+Bundle layout::
+
+    BUNDLE/manifest.json                       canonical JSON (SPEC §11.2)
+    BUNDLE/signature.hex                       Ed25519 signature, 128 hex characters
+    BUNDLE/blobs/<checkpoint root>.safetensors content-addressed checkpoints
+    BUNDLE/proofs/…                            optional zk proofs (SPEC §13)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from dk.crypto.keys import SigningKey
+from dk.errors import FormatError
+from dk.pol.checkpoint import blob_name
+from dk.pol.job import JobSpec, as_job
+from dk.pol.run import atomic_write, read_run
+from dk.pol.transcript import (
+    BUNDLE_FORMAT,
+    BUNDLE_VERSION,
+    Manifest,
+    signing_digest,
+    transcript_root,
+)
+
+
+def build_manifest(run: Any, worker_key: bytes) -> dict[str, Any]:
+    """The manifest dict of a run, with its transcript root."""
+    m: dict[str, Any] = {
+        "format": BUNDLE_FORMAT,
+        "version": BUNDLE_VERSION,
+        "job_id": run.job_id,
+        "worker_key": worker_key.hex(),
+        "data_root": run.data_root,
+        "interval": run.interval,
+        "steps": run.steps,
+        "chunk_size": 65536,
+        "checkpoints": [
+            {"index": c.index, "step": c.step, "root": c.root,
+             "blob": blob_name(bytes.fromhex(c.root)), "nbytes": c.nbytes}
+            for c in run.checkpoints
+        ],
+        "intervals": [
+            {"index": i.index, "start_step": i.start_step, "end_step": i.end_step,
+             "batch_commitment": i.batch_commitment, "update_norm": i.update_norm}
+            for i in run.intervals
+        ],
+    }
+    m["transcript_root"] = transcript_root(m).hex()
+    return m
+
+
+def sign_manifest(m: dict[str, Any], key: SigningKey) -> bytes:
+    """Ed25519 signature over the manifest's signing digest."""
+    digest = signing_digest(bytes.fromhex(m["job_id"]), bytes.fromhex(m["transcript_root"]),
+                            bytes.fromhex(m["worker_key"]))
+    return key.sign(digest)
+
+
+def write_bundle(out: Path, m: dict[str, Any], signature: bytes) -> None:
+    """Write ``manifest.json`` and ``signature.hex`` into ``out``."""
+    atomic_write(out / "manifest.json", Manifest(m).to_bytes())
+    atomic_write(out / "signature.hex", signature.hex().encode() + b"\n")
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    if dst.exists():
+        return
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def prove_run(run_dir: str | Path, job: JobSpec | str | Path, key: SigningKey,
+              out_dir: str | Path) -> Path:
+    """Make a signed bundle of the run in ``run_dir`` for ``job``.
+
+    Args:
+        run_dir: a complete run directory (from ``dk train`` or a :class:`Recorder`).
+        job: the job the run trained.
+        key: the worker's signing key.
+        out_dir: bundle directory to create (must not hold a bundle already).
+
+    Returns:
+        The bundle directory.
+
+    Raises:
+        FormatError: the run is incomplete, or was trained for another job.
+    """
+    job = as_job(job)
+    run_dir, out = Path(run_dir), Path(out_dir)
+    run = read_run(run_dir)
+    if not run.complete:
+        raise FormatError(f"run {run_dir} is incomplete")
+    if run.job_id != job.job_id.hex():
+        raise FormatError("the run was trained for a different job (job_id differs)")
+    if (out / "manifest.json").exists():
+        raise FileExistsError(f"{out} already holds a bundle")
+    (out / "blobs").mkdir(parents=True, exist_ok=True)
+    m = build_manifest(run, key.verify_key.raw)
+    for ck in m["checkpoints"]:
+        src = run_dir / ck["blob"]
+        if not src.is_file():
+            raise FormatError(f"run is missing blob {ck['blob']}")
+        _link_or_copy(src, out / ck["blob"])
+    write_bundle(out, m, sign_manifest(m, key))
+    return out

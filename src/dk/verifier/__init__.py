@@ -1,0 +1,8 @@
+"""The verifier: integrity, challenge derivation, replay, report. Imports crypto + pol only."""
+
+from dk.verifier.report import Finding as Finding
+from dk.verifier.report import Reason as Reason
+from dk.verifier.report import Report as Report
+from dk.verifier.verify import verify_bundle as verify_bundle
+
+__all__ = ["Finding", "Reason", "Report", "verify_bundle"]

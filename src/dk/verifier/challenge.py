@@ -1,0 +1,61 @@
+"""Challenge derivation and detection probability (SPEC §12.1).
+
+``seed = H("dk/v1/challenge", transcript_root || beacon)``; the ``s`` uniform intervals are the
+first ``s`` entries of a partial Fisher–Yates shuffle of ``range(m)`` driven by
+``stream_key("challenge", 0, seed)``; then, per epoch (epoch of an interval = its start step
+// steps per epoch), the ``q`` intervals with the largest claimed update norm (ties: lower
+index) are added. The challenge is the sorted union.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+
+from dk.crypto.hashing import TAG_CHALLENGE, tagged_hash
+from dk.crypto.stream import sample_without_replacement, stream_key
+
+
+def challenge_seed(transcript_root: bytes, beacon: bytes) -> bytes:
+    """The challenge seed (SPEC §12.1)."""
+    return tagged_hash(TAG_CHALLENGE, transcript_root, beacon)
+
+
+def derive_challenge(transcript_root: bytes, beacon: bytes, norms: Sequence[float],
+                     epochs: Sequence[int], samples: int, topq: int) -> list[int]:
+    """Indices of the challenged intervals (sorted, distinct)."""
+    m = len(norms)
+    s = min(samples, m)
+    seed = challenge_seed(transcript_root, beacon)
+    chosen = set(sample_without_replacement(stream_key("challenge", 0, seed), m, s))
+    if topq > 0:
+        by_epoch: dict[int, list[int]] = defaultdict(list)
+        for i, e in enumerate(epochs):
+            by_epoch[e].append(i)
+        for idx in by_epoch.values():
+            chosen.update(sorted(idx, key=lambda i: (-norms[i], i))[:topq])
+    return sorted(chosen)
+
+
+def detection_probability(m: int, s: int, skipped_fraction: float) -> float:
+    """P(at least one of ``s`` uniform samples without replacement hits a skipped interval)
+    when ``ceil(f·m)`` of ``m`` intervals were skipped (hypergeometric)."""
+    d = min(m, math.ceil(skipped_fraction * m - 1e-12))
+    s = min(s, m)
+    if d <= 0 or s <= 0:
+        return 0.0
+    if s > m - d:
+        return 1.0
+    miss = 1.0
+    for i in range(s):
+        miss *= (m - d - i) / (m - i)
+    return 1.0 - miss
+
+
+def samples_for(m: int, skipped_fraction: float, target: float) -> int:
+    """Smallest ``s`` whose detection probability reaches ``target`` (``m`` if none does)."""
+    for s in range(0, m + 1):
+        if detection_probability(m, s, skipped_fraction) >= target:
+            return s
+    return m

@@ -1,0 +1,323 @@
+"""``verify_bundle``: the verifier's whole procedure (SPEC §12), total by construction.
+
+Malformed input never raises: every failure becomes a :class:`Finding` with a reason code in
+the returned :class:`Report`. The verifier imports only ``dk.crypto`` and ``dk.pol``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dk.crypto.hashing import digests_equal
+from dk.crypto.keys import VerifyKey
+from dk.errors import FormatError
+from dk.pol.checkpoint import (
+    blob_name,
+    check_schema,
+    checkpoint_root,
+    hparam_tensors,
+    initial_checkpoint,
+    parse_blob,
+    read_blob_file,
+    update_norm,
+)
+from dk.pol.data import Dataset, load_dataset
+from dk.pol.job import JobSpec, as_job
+from dk.pol.sampler import job_sampler
+from dk.pol.transcript import MAX_MANIFEST_BYTES, Manifest, parse_manifest, signing_digest, transcript_root
+from dk.verifier.challenge import derive_challenge, detection_probability, samples_for
+from dk.verifier.report import Reason, Report
+
+MAX_SIGNATURE_FILE = 256
+NORM_RTOL = 1e-9
+
+
+class _Reject(Exception):
+    """Internal: stop verification after a fatal finding (already recorded)."""
+
+
+def _read_bounded(path: Path, limit: int, missing: Reason, too_large: Reason) -> bytes:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise FormatError(f"{path.name} is missing", reason=missing.value) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise FormatError(f"{path.name} is not a regular file", reason=Reason.BAD_PATH.value)
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FormatError(f"{path.name} is over {limit} bytes", reason=too_large.value)
+    return data
+
+
+def _fatal(rep: Report, check: str, e: FormatError, default: Reason) -> None:
+    code = Reason(e.reason) if e.reason in Reason.__members__ else default
+    rep.fail(check, code, str(e))
+    raise _Reject
+
+
+def _replay_task(spec: dict[str, Any], base_dir: str, start_path: str, end_path: str | None,
+                 claimed_root: str, start_step: int, end_step: int) -> tuple[bool, dict[str, Any], float]:
+    """Worker-process entry: replay one interval from blob files (roots re-checked)."""
+    from dk.pol.replay import replay_matches
+
+    t0 = time.process_time()
+    job = JobSpec(spec, Path(base_dir))
+    dataset = load_dataset(job)
+    start = parse_blob(read_blob_file(Path(start_path)))
+    claimed = parse_blob(read_blob_file(Path(end_path))) if end_path else None
+    ok, fig = replay_matches(job, dataset, start, claimed, bytes.fromhex(claimed_root), start_step, end_step)
+    return ok, fig, time.process_time() - t0
+
+
+def verify_bundle(bundle: str | os.PathLike[str], job: JobSpec | str | os.PathLike[str], *,
+                  beacon: bytes | None = None, samples: int | None = None, topq: int = 1,
+                  workers: int = 1, skipped_fraction: float = 0.1, detect: float = 0.99,
+                  worker: str | None = None, dataset: Dataset | None = None) -> Report:
+    """Verify a bundle against a job; never raises on bad input.
+
+    Args:
+        bundle: the bundle directory.
+        job: the job (or path to ``job.toml``) the consumer published.
+        beacon: entropy fixed after the worker committed (a verifier nonce or the market
+            ledger head). ``None`` draws a fresh 32-byte nonce from the OS.
+        samples: uniform interval samples ``s``; ``None`` picks the smallest ``s`` that detects
+            a worker who skipped ``skipped_fraction`` of the intervals with probability
+            ``detect``.
+        topq: intervals with the largest claimed update per epoch, added to the sample.
+        workers: local processes replaying in parallel.
+        skipped_fraction: the skipped fraction the detection figure is reported for.
+        detect: target detection probability when ``samples`` is ``None``.
+        worker: hex public key the bundle must be signed by (default: the job's
+            ``pol.worker``, if set).
+        dataset: the verifier's copy of the data (default: load what the job names).
+
+    Returns:
+        The :class:`Report` (``report.ok`` is the verdict).
+    """
+    rep = Report()
+    t_wall, t_cpu = time.perf_counter(), time.process_time()
+    try:
+        _verify(rep, Path(bundle), job, beacon, samples, topq, workers, skipped_fraction, detect,
+                worker, dataset)
+    except _Reject:
+        pass
+    except Exception as e:  # totality: a bug or an unforeseen input still yields a report
+        rep.fail("internal", Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+    rep.figures["verify_wall_s"] = round(time.perf_counter() - t_wall, 4)
+    rep.figures["verify_cpu_s"] = round(time.process_time() - t_cpu + rep.figures.get("replay_cpu_s_workers", 0.0), 4)
+    return rep
+
+
+def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, samples: int | None,
+            topq: int, workers: int, f: float, detect: float, worker: str | None,
+            dataset: Dataset | None) -> None:
+    # 1. inputs --------------------------------------------------------------------------
+    if not bundle.is_dir():
+        rep.fail("bundle", Reason.BUNDLE_NOT_FOUND, f"bundle directory not found: {bundle}")
+        raise _Reject
+    try:
+        job = as_job(job_in)
+    except FormatError as e:
+        _fatal(rep, "job", e, Reason.JOB_MALFORMED)
+    rep.mode = job.mode
+    try:
+        man: Manifest = parse_manifest(_read_bounded(
+            bundle / "manifest.json", MAX_MANIFEST_BYTES, Reason.MANIFEST_MISSING, Reason.MANIFEST_TOO_LARGE))
+    except FormatError as e:
+        _fatal(rep, "manifest", e, Reason.MANIFEST_MALFORMED)
+    rep.passed("manifest")
+    m = man.raw
+    rep.job_id, rep.worker_key, rep.transcript_root = m["job_id"], m["worker_key"], m["transcript_root"]
+
+    # 2. transcript root and signature ---------------------------------------------------
+    if not digests_equal(transcript_root(m), man.transcript_root):
+        rep.fail("transcript_root", Reason.TRANSCRIPT_ROOT_MISMATCH,
+                 "transcript_root does not match the manifest's entries")
+        raise _Reject
+    rep.passed("transcript_root")
+    try:
+        sig_text = _read_bounded(bundle / "signature.hex", MAX_SIGNATURE_FILE,
+                                 Reason.SIGNATURE_MISSING, Reason.SIGNATURE_INVALID).decode("ascii").strip()
+        sig = bytes.fromhex(sig_text)
+    except FormatError as e:
+        _fatal(rep, "signature", e, Reason.SIGNATURE_INVALID)
+    except (UnicodeDecodeError, ValueError):
+        rep.fail("signature", Reason.SIGNATURE_INVALID, "signature.hex is not hex")
+        raise _Reject
+    key = VerifyKey(man.worker_key)
+    if not key.verify(sig, signing_digest(man.job_id, man.transcript_root, man.worker_key)):
+        rep.fail("signature", Reason.SIGNATURE_INVALID, "Ed25519 signature does not verify")
+        raise _Reject
+    rep.passed("signature")
+
+    # 3. job binding ---------------------------------------------------------------------
+    if not digests_equal(man.job_id, job.job_id):
+        rep.fail("job", Reason.JOB_MISMATCH, "bundle is for a different job (job_id differs)")
+        raise _Reject
+    expected_worker = worker or job.pol.get("worker") or ""
+    if expected_worker and expected_worker != m["worker_key"]:
+        rep.fail("worker", Reason.WORKER_MISMATCH, "bundle is signed by another worker than the job names")
+        raise _Reject
+    steps_expected = job.checkpoint_steps()
+    got_steps = [c["step"] for c in m["checkpoints"]]
+    if m["interval"] != job.interval or m["steps"] != job.steps or got_steps != steps_expected:
+        rep.fail("structure", Reason.TRANSCRIPT_MALFORMED,
+                 "checkpoint steps are not 0, k, 2k, …, steps of the job")
+        raise _Reject
+    for i, iv in enumerate(m["intervals"]):
+        if (iv["start_step"], iv["end_step"]) != (steps_expected[i], steps_expected[i + 1]):
+            rep.fail("structure", Reason.TRANSCRIPT_MALFORMED, f"interval {i} has the wrong step range", i)
+            raise _Reject
+    for ck in m["checkpoints"]:
+        if ck["blob"] != blob_name(bytes.fromhex(ck["root"])):
+            rep.fail("paths", Reason.BAD_PATH, f"checkpoint {ck['index']} names blob {ck['blob']!r}; "
+                     "blobs must be blobs/<root>.safetensors")
+            raise _Reject
+    rep.passed("job")
+    rep.passed("structure")
+    rep.passed("paths")
+
+    # 4. data and initial weights ----------------------------------------------------------
+    try:
+        ds = dataset if dataset is not None else load_dataset(job)
+    except FormatError as e:
+        _fatal(rep, "data", e, Reason.DATA_MISMATCH)
+    droot = ds.root()
+    if not digests_equal(droot, man.data_root) or (job.data["root"] and job.data["root"] != droot.hex()):
+        rep.fail("data", Reason.DATA_MISMATCH, "data root differs between bundle, job and local data")
+        raise _Reject
+    rep.passed("data")
+    sampler = job_sampler(job, len(ds))
+    init_root = checkpoint_root(initial_checkpoint(job, sampler.steps_per_epoch))
+    if not digests_equal(init_root, bytes.fromhex(m["checkpoints"][0]["root"])) or (
+        job.pol["init_root"] and job.pol["init_root"] != init_root.hex()
+    ):
+        rep.fail("init", Reason.INIT_MISMATCH, "checkpoint 0 is not the job's initial weights")
+        raise _Reject
+    rep.passed("init")
+
+    # 5. batch commitments ---------------------------------------------------------------------
+    for iv in m["intervals"]:
+        want = sampler.batch_commitment(iv["index"], iv["start_step"], iv["end_step"])
+        if not digests_equal(want, bytes.fromhex(iv["batch_commitment"])):
+            rep.fail("batches", Reason.BATCH_MISMATCH, f"interval {iv['index']} batch commitment is not "
+                     "the job's sampler order", iv["index"])
+            raise _Reject
+    rep.passed("batches")
+
+    # 6. challenge ------------------------------------------------------------------------------
+    n_iv = len(m["intervals"])
+    if beacon is None:
+        beacon, src = os.urandom(32), "verifier-nonce"
+    else:
+        src = "given"
+    rep.beacon = beacon.hex()
+    s = samples if samples is not None else samples_for(n_iv, f, detect)
+    norms = [float(iv["update_norm"]) for iv in m["intervals"]]
+    epochs = [iv["start_step"] // sampler.steps_per_epoch for iv in m["intervals"]]
+    chal = derive_challenge(man.transcript_root, beacon, norms, epochs, s, topq)
+    rep.challenged = chal
+    rep.figures.update({
+        "intervals": n_iv, "samples": min(s, n_iv), "topq": topq, "beacon_source": src,
+        "skipped_fraction": f, "detection_probability": round(detection_probability(n_iv, s, f), 6),
+    })
+
+    # 7. every blob against its commitment ----------------------------------------------------------
+    tolerant = job.mode == "tolerant"
+    needed = set(chal) | ({i + 1 for i in chal} if tolerant else set())
+    held: dict[int, dict[str, np.ndarray]] = {}
+    prev: Mapping[str, np.ndarray] | None = None
+    hp = hparam_tensors(job)
+    nbytes = 0
+    for ck in m["checkpoints"]:
+        j, step = ck["index"], ck["step"]
+        try:
+            data = read_blob_file(bundle / ck["blob"])
+            nbytes += len(data)
+            tensors = parse_blob(data)
+        except FormatError as e:
+            _fatal(rep, "blobs", e, Reason.BLOB_MALFORMED)
+        if not digests_equal(checkpoint_root(tensors), bytes.fromhex(ck["root"])):
+            rep.fail("blobs", Reason.COMMITMENT_MISMATCH, f"checkpoint {j} does not hash to its committed root", j)
+            raise _Reject
+        try:
+            check_schema(job, step, tensors)
+        except FormatError as e:
+            _fatal(rep, "blobs", e, Reason.SHAPE_MISMATCH)
+        e_, p_ = divmod(step, sampler.steps_per_epoch)
+        if int(tensors["meta/step"]) != step or tensors["sampler/state"].tolist() != [e_, p_]:
+            rep.fail("blobs", Reason.STEP_MISMATCH, f"checkpoint {j} holds the state of another step", j)
+            raise _Reject
+        for k, v in hp.items():
+            if tensors[k].tobytes() != v.tobytes():
+                rep.fail("hparams", Reason.HPARAM_MISMATCH, f"checkpoint {j}: {k} is not the job's value", j)
+                raise _Reject
+        if prev is not None:
+            claimed = float(m["intervals"][j - 1]["update_norm"])
+            actual = update_norm(prev, tensors)
+            if abs(claimed - actual) > NORM_RTOL * max(abs(actual), 1e-30):
+                rep.fail("metadata", Reason.METADATA_MISMATCH,
+                         f"interval {j - 1} claims update norm {claimed:.6g}, checkpoints give {actual:.6g}", j - 1)
+                raise _Reject
+        if j in needed:
+            held[j] = tensors
+        prev = tensors
+    rep.figures["bytes_read"] = nbytes
+    rep.passed("blobs")
+    rep.passed("hparams")
+    rep.passed("metadata")
+
+    # 8. replay -------------------------------------------------------------------------------
+    _replay(rep, bundle, job, ds, m, chal, held, workers)
+
+
+def _replay(rep: Report, bundle: Path, job: JobSpec, ds: Dataset, m: dict[str, Any],
+            chal: list[int], held: dict[int, dict[str, np.ndarray]], workers: int) -> None:
+    from dk.pol.replay import replay_matches
+
+    t0 = time.perf_counter()
+    cks, ivs = m["checkpoints"], m["intervals"]
+    tolerant = job.mode == "tolerant"
+    results: dict[int, tuple[bool, dict[str, Any]]] = {}
+    worker_cpu = 0.0
+    if workers > 1 and len(chal) > 1:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(chal)), mp_context=mp.get_context("spawn")) as pool:
+            futs = {
+                i: pool.submit(_replay_task, job.spec, str(job.base_dir), str(bundle / cks[i]["blob"]),
+                               str(bundle / cks[i + 1]["blob"]) if tolerant else None,
+                               cks[i + 1]["root"], ivs[i]["start_step"], ivs[i]["end_step"])
+                for i in chal
+            }
+            for i, fut in futs.items():
+                ok, fig, cpu = fut.result()
+                results[i] = (ok, fig)
+                worker_cpu += cpu
+    else:
+        for i in chal:
+            results[i] = replay_matches(job, ds, held[i], held.get(i + 1), bytes.fromhex(cks[i + 1]["root"]),
+                                        ivs[i]["start_step"], ivs[i]["end_step"])
+    replayed_steps = sum(ivs[i]["end_step"] - ivs[i]["start_step"] for i in chal)
+    rep.figures.update({
+        "replayed_intervals": len(chal), "replayed_steps": replayed_steps,
+        "replay_wall_s": round(time.perf_counter() - t0, 4), "replay_cpu_s_workers": round(worker_cpu, 4),
+    })
+    if tolerant:
+        rep.figures["max_l2_distance"] = max((r[1]["l2"] for r in results.values()), default=0.0)
+        rep.figures["tolerance"] = job.pol["tolerance"]
+    for i in chal:
+        ok, fig = results[i]
+        if not ok:
+            detail = f" (normalised distance {fig['l2']:.3g} > {job.pol['tolerance']:g})" if tolerant else ""
+            rep.fail("replay", Reason.REPLAY_MISMATCH, f"interval {i} does not replay to its committed checkpoint{detail}", i)
+    rep.passed("replay")
