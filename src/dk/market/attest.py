@@ -1,0 +1,232 @@
+"""Validator attestations: BLS12-381 signatures (py_ecc, proof-of-possession scheme), k of n.
+
+A validator registers a BLS public key with a proof of possession (which defeats rogue-key
+attacks on aggregation). After the market's own verification of a result, each validator runs
+the verifier itself and signs (spec §5.2)::
+
+    m = tagged_hash("dk/v1/market/attestation",
+                    market_id || u64(len(order_id)) || order_id || report_digest)
+
+Acceptance aggregates the signatures and checks them with one ``FastAggregateVerify``.
+The backend is injectable (``Market(bls=...)``); :class:`PyEccBls` is the default.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from dk.crypto.hashing import tagged_hash, u64
+from dk.errors import FormatError
+from dk.market import fields
+from dk.market.config import Context
+from dk.market.errors import MarketRefused
+from dk.market.ledger import Tx
+from dk.market.requests import SignedRequest
+
+TAG_ATTEST = "dk/v1/market/attestation"
+BLS_SECRET_PREFIX = "dk-bls-secret-v1:"
+PK_SIZE, SIG_SIZE = 48, 96
+
+
+class PyEccBls:
+    """BLS over BLS12-381 with py_ecc's ``G2ProofOfPossession`` ciphersuite (pure Python)."""
+
+    name = "py_ecc"
+
+    def __init__(self) -> None:
+        from py_ecc.bls import G2ProofOfPossession
+
+        self._b = G2ProofOfPossession
+
+    def sk_to_pk(self, sk: int) -> bytes:
+        """Public key (48 bytes) of secret scalar ``sk``."""
+        return bytes(self._b.SkToPk(sk))
+
+    def sign(self, sk: int, message: bytes) -> bytes:
+        """Signature (96 bytes) of ``message``."""
+        return bytes(self._b.Sign(sk, message))
+
+    def verify(self, pk: bytes, message: bytes, sig: bytes) -> bool:
+        """Check one signature (False on any malformed input)."""
+        try:
+            return bool(self._b.Verify(pk, message, sig))
+        except Exception:  # py_ecc raises assorted errors on malformed points
+            return False
+
+    def aggregate(self, sigs: list[bytes]) -> bytes:
+        """Aggregate signatures (raises ``ValueError`` on a malformed one)."""
+        try:
+            return bytes(self._b.Aggregate(sigs))
+        except Exception as e:
+            raise ValueError(f"cannot aggregate: {e}") from None
+
+    def fast_aggregate_verify(self, pks: list[bytes], message: bytes, sig: bytes) -> bool:
+        """Check an aggregate of signatures on one message (one pairing check)."""
+        try:
+            return bool(self._b.FastAggregateVerify(pks, message, sig))
+        except Exception:
+            return False
+
+    def pop_prove(self, sk: int) -> bytes:
+        """Proof of possession of ``sk``."""
+        return bytes(self._b.PopProve(sk))
+
+    def pop_verify(self, pk: bytes, proof: bytes) -> bool:
+        """Check a proof of possession (False on malformed input)."""
+        try:
+            return bool(self._b.KeyValidate(pk)) and bool(self._b.PopVerify(pk, proof))
+        except Exception:
+            return False
+
+
+class BlsKey:
+    """A validator's BLS secret key (a scalar), stored as ``dk-bls-secret-v1:<64 hex>``."""
+
+    def __init__(self, sk: int, bls: Any | None = None) -> None:
+        self.sk = sk
+        self.bls = bls or PyEccBls()
+        self.pk = self.bls.sk_to_pk(sk)
+
+    @classmethod
+    def generate(cls, bls: Any | None = None) -> BlsKey:
+        """A fresh key derived from 32 bytes of OS randomness (EIP-2333 KeyGen)."""
+        from py_ecc.bls import G2ProofOfPossession
+
+        return cls(G2ProofOfPossession.KeyGen(os.urandom(32)), bls)
+
+    @classmethod
+    def from_seed(cls, seed: bytes, bls: Any | None = None) -> BlsKey:
+        """Deterministic key from a ≥32-byte seed (tests and vectors only)."""
+        from py_ecc.bls import G2ProofOfPossession
+
+        return cls(G2ProofOfPossession.KeyGen(seed), bls)
+
+    def save(self, path: str | Path) -> None:
+        """Write the key file with mode 0600; never overwrite."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(BLS_SECRET_PREFIX + self.sk.to_bytes(32, "big").hex() + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path, bls: Any | None = None) -> BlsKey:
+        """Read a key file written by :meth:`save`.
+
+        Raises:
+            FormatError: if the file is not a dk BLS key.
+        """
+        p = Path(path)
+        if not p.is_file() or p.stat().st_size > 4096:
+            raise FormatError(f"{p} is not a dk BLS key file")
+        text = p.read_text(encoding="ascii", errors="replace").strip()
+        body = text.removeprefix(BLS_SECRET_PREFIX)
+        if body == text or len(body) != 64:
+            raise FormatError(f"{p} is not a dk BLS key file (expected {BLS_SECRET_PREFIX}…)")
+        try:
+            return cls(int.from_bytes(bytes.fromhex(body), "big"), bls)
+        except ValueError:
+            raise FormatError(f"{p}: BLS key is not valid hex") from None
+
+
+def attestation_message(market_id: bytes, order_id: str, report_digest: bytes) -> bytes:
+    """The 32-byte message validators sign for an order's verification report (spec §5.2)."""
+    oid = order_id.encode("ascii")
+    return tagged_hash(TAG_ATTEST, market_id, u64(len(oid)), oid, report_digest)
+
+
+def _hex(params: dict[str, Any], name: str, size: int) -> bytes:
+    v = params.get(name)
+    if not isinstance(v, str) or len(v) != 2 * size:
+        raise FormatError(f"market request: {name} must be {2 * size} hex", reason="BAD_PARAMS")
+    try:
+        return bytes.fromhex(v)
+    except ValueError:
+        raise FormatError(f"market request: {name} is not hex", reason="BAD_PARAMS") from None
+
+
+def register_validator(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
+    """Register the signer as a validator with a BLS key and its proof of possession.
+
+    Raises:
+        MarketRefused: ``ALREADY_REGISTERED``, ``BAD_POP``.
+    """
+    fields.only(req.params, {"bls_pk", "pop"})
+    pk, pop = _hex(req.params, "bls_pk", PK_SIZE), _hex(req.params, "pop", SIG_SIZE)
+    if tx.one("SELECT 1 FROM validators WHERE account = ?", (req.account,)):
+        raise MarketRefused("ALREADY_REGISTERED", "this account is already a validator")
+    if tx.one("SELECT 1 FROM validators WHERE bls_pk = ?", (pk.hex(),)):
+        raise MarketRefused("ALREADY_REGISTERED", "this BLS key is already registered")
+    if not ctx.bls.pop_verify(pk, pop):
+        raise MarketRefused("BAD_POP", "the proof of possession does not verify")
+    tx.exec(
+        "INSERT INTO validators(account, bls_pk, pop, registered) VALUES(?, ?, ?, ?)",
+        (req.account, pk.hex(), pop.hex(), now),
+    )
+    tx.data = {"validator": req.account, "bls_pk": pk.hex()}
+
+
+def attest(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
+    """Record a registered validator's BLS signature over a verified order's report.
+
+    The signature itself is checked at acceptance, in one aggregate pairing check.
+
+    Raises:
+        MarketRefused: ``NOT_VALIDATOR``, ``UNKNOWN_ORDER``, ``BAD_STATE``, ``DIGEST_MISMATCH``,
+            ``ALREADY_ATTESTED``.
+    """
+    fields.only(req.params, {"order_id", "report_digest", "signature"})
+    order_id = fields.object_id(req.params, "order_id", "o")
+    digest = fields.digest_hex(req.params, "report_digest")
+    sig = _hex(req.params, "signature", SIG_SIZE)
+    if not tx.one("SELECT 1 FROM validators WHERE account = ?", (req.account,)):
+        raise MarketRefused("NOT_VALIDATOR", "the signer is not a registered validator")
+    order = tx.one("SELECT state, report_digest FROM orders WHERE order_id = ?", (order_id,))
+    if order is None:
+        raise MarketRefused("UNKNOWN_ORDER", f"no order {order_id}")
+    if order["state"] != "verified":
+        raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not verified")
+    if digest != order["report_digest"]:
+        raise MarketRefused("DIGEST_MISMATCH", "the validator's report differs from the market's")
+    if tx.one(
+        "SELECT 1 FROM attestations WHERE order_id = ? AND validator = ?", (order_id, req.account)
+    ):
+        raise MarketRefused("ALREADY_ATTESTED", f"already attested {order_id}")
+    tx.exec(
+        "INSERT INTO attestations(order_id, validator, signature, seq) VALUES(?, ?, ?, ?)",
+        (order_id, req.account, sig.hex(), tx.seq),
+    )
+    tx.data = {"order_id": order_id, "validator": req.account}
+
+
+def aggregate_attestations(
+    bls: Any, message: bytes, rows: list[tuple[str, bytes, bytes]], k: int
+) -> tuple[list[str], bytes]:
+    """Aggregate the valid attestations of one message; at least ``k`` must be valid.
+
+    Tries the aggregate of all first (one pairing check); if that fails, checks each signature
+    and aggregates the valid ones.
+
+    Args:
+        bls: the BLS backend.
+        message: the attestation message.
+        rows: ``(validator account, bls_pk, signature)`` in attestation order.
+        k: the number of valid attestations required.
+
+    Returns:
+        ``(signer accounts, aggregate signature)``.
+
+    Raises:
+        MarketRefused: ``NOT_ENOUGH_ATTESTATIONS``.
+    """
+    if len(rows) >= k:
+        try:
+            agg = bls.aggregate([r[2] for r in rows])
+            if bls.fast_aggregate_verify([r[1] for r in rows], message, agg):
+                return [r[0] for r in rows], agg
+        except ValueError:
+            pass
+        good = [r for r in rows if bls.verify(r[1], message, r[2])]
+        if len(good) >= k:
+            return [r[0] for r in good], bls.aggregate([r[2] for r in good])
+    raise MarketRefused("NOT_ENOUGH_ATTESTATIONS", f"fewer than {k} valid attestations")

@@ -1,0 +1,157 @@
+"""Challenges: dispute an accepted result during its window; one replay decides (spec §6.2).
+
+A challenger posts a bond and names either an interval index or its own list of checkpoint
+roots (a counter-transcript). With a counter-transcript, bisection finds an interval whose
+start both transcripts agree on and whose end they do not; that interval is replayed from the
+worker's bundle. If the replay fails, the challenge is *upheld*: the challenger gets its bond
+back plus the worker's slashed stake, the consumer gets the escrow back, and other open
+challenges of the order are voided (bonds returned). Otherwise the challenge *fails* and the
+bond goes to the worker.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dk.errors import FormatError
+from dk.market import fields
+from dk.market.accounts import acct
+from dk.market.config import Context
+from dk.market.errors import MarketRefused
+from dk.market.ledger import Tx
+from dk.market.requests import SignedRequest
+from dk.market.results import pay_out
+
+MAX_COUNTER_ROOTS = 4096
+
+
+def bond(challenge_id: str) -> str:
+    """Holder name of a challenge's bond."""
+    return f"bond:{challenge_id}"
+
+
+def first_disagreement(ours: list[str], theirs: list[str]) -> int | None:
+    """Bisection to an interval whose start two transcripts share and whose end they do not.
+
+    Args:
+        ours: the worker's checkpoint roots, in order.
+        theirs: the challenger's checkpoint roots, in order.
+
+    Returns:
+        The index ``i`` of interval ``i`` (checkpoint ``i`` → ``i+1``), or None when there is
+        no such interval (the initial checkpoints differ, or the last common one agrees).
+    """
+    n = min(len(ours), len(theirs))
+    if n < 2 or ours[0] != theirs[0] or ours[n - 1] == theirs[n - 1]:
+        return None
+    lo, hi = 0, n - 1  # invariant: agree at lo, differ at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ours[mid] == theirs[mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def open_challenge(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
+    """Challenge an accepted order inside its window, locking the bond.
+
+    Raises:
+        FormatError: ``BAD_PARAMS``.
+        MarketRefused: ``UNKNOWN_ORDER``, ``BAD_STATE``, ``WINDOW_CLOSED``, ``BOND_TOO_SMALL``,
+            ``SELF_CHALLENGE``, ``INSUFFICIENT_FUNDS``.
+    """
+    p = req.params
+    fields.only(p, {"order_id", "bond"}, {"interval", "counter_roots"})
+    order_id = fields.object_id(p, "order_id", "o")
+    amount = fields.amount(p, "bond")
+    if ("interval" in p) == ("counter_roots" in p):
+        raise FormatError("market request: give exactly one of interval, counter_roots",
+                          reason="BAD_PARAMS")
+    interval = fields.integer(p, "interval", 0, 2**31) if "interval" in p else None
+    counter = None
+    if "counter_roots" in p:
+        roots = p["counter_roots"]
+        if not isinstance(roots, list) or not 2 <= len(roots) <= MAX_COUNTER_ROOTS:
+            raise FormatError(f"market request: counter_roots must list 2..{MAX_COUNTER_ROOTS}"
+                              " roots", reason="BAD_PARAMS")
+        counter = [fields.digest_hex({"r": r}, "r") for r in roots]
+    order = tx.one("SELECT * FROM orders WHERE order_id = ?", (order_id,))
+    if order is None:
+        raise MarketRefused("UNKNOWN_ORDER", f"no order {order_id}")
+    if order["state"] != "accepted":
+        raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not accepted")
+    if not order["accepted_at"] <= now < order["window_end"]:
+        raise MarketRefused("WINDOW_CLOSED", f"window of {order_id} is closed at {now}")
+    if amount < ctx.config.min_bond:
+        raise MarketRefused("BOND_TOO_SMALL", f"bond must be at least {ctx.config.min_bond}")
+    if req.account == order["worker"]:
+        raise MarketRefused("SELF_CHALLENGE", "a worker cannot challenge its own result")
+    cid = f"c{tx.seq}"
+    tx.exec(
+        "INSERT INTO challenges(challenge_id, order_id, challenger, bond, interval, counter,"
+        " state, created) VALUES(?, ?, ?, ?, ?, ?, 'open', ?)",
+        (cid, order_id, req.account, amount, interval,
+         None if counter is None else json.dumps(counter), tx.seq),
+    )
+    tx.move(acct(req.account), bond(cid), amount)
+    tx.data = {"challenge_id": cid, "order_id": order_id}
+
+
+def disputed_interval(challenge: Any, manifest: dict[str, Any]) -> int | None:
+    """The interval a challenge disputes, or None if it names no valid one.
+
+    Raises:
+        FormatError: if the manifest's checkpoint list is malformed.
+    """
+    checkpoints = manifest.get("checkpoints")
+    if not isinstance(checkpoints, list) or not checkpoints:
+        raise FormatError("bundle manifest has no checkpoints list")
+    ours = [fields.digest_hex(c if isinstance(c, dict) else {}, "root") for c in checkpoints]
+    if challenge["counter"] is None:
+        index = int(challenge["interval"])
+    else:
+        found = first_disagreement(ours, json.loads(challenge["counter"]))
+        if found is None:
+            return None
+        index = found
+    return index if 0 <= index < len(ours) - 1 else None
+
+
+def record_resolution(
+    tx: Tx, challenge_id: str, interval: int | None, replay_ok: bool, now: int
+) -> None:
+    """Apply a challenge's outcome (upheld when the replay of ``interval`` failed).
+
+    Raises:
+        MarketRefused: ``UNKNOWN_CHALLENGE``, ``BAD_STATE``.
+    """
+    ch = tx.one("SELECT * FROM challenges WHERE challenge_id = ?", (challenge_id,))
+    if ch is None:
+        raise MarketRefused("UNKNOWN_CHALLENGE", f"no challenge {challenge_id}")
+    if ch["state"] != "open":
+        raise MarketRefused("BAD_STATE", f"{challenge_id} is already {ch['state']}")
+    order = tx.one("SELECT * FROM orders WHERE order_id = ?", (ch["order_id"],))
+    upheld = interval is not None and not replay_ok
+    tx.data = {"challenge_id": challenge_id, "order_id": ch["order_id"], "interval": interval,
+               "upheld": upheld}
+    if not upheld:
+        tx.exec("UPDATE challenges SET state = 'failed' WHERE challenge_id = ?", (challenge_id,))
+        tx.move(bond(challenge_id), acct(order["worker"]), ch["bond"])
+        return
+    tx.exec("UPDATE challenges SET state = 'upheld' WHERE challenge_id = ?", (challenge_id,))
+    tx.exec(
+        "UPDATE orders SET state = 'slashed', outcome = 'slashed' WHERE order_id = ?",
+        (order["order_id"],),
+    )
+    tx.data["outcome"] = "slashed"
+    tx.move(bond(challenge_id), acct(ch["challenger"]), ch["bond"])
+    pay_out(tx, order, escrow_to=order["consumer"], stake_to=ch["challenger"])
+    for other in tx.all(
+        "SELECT * FROM challenges WHERE order_id = ? AND state = 'open'", (order["order_id"],)
+    ):
+        tx.exec("UPDATE challenges SET state = 'voided' WHERE challenge_id = ?",
+                (other["challenge_id"],))
+        tx.move(bond(other["challenge_id"]), acct(other["challenger"]), other["bond"])

@@ -1,0 +1,224 @@
+"""The market ledger: SQLite (WAL), one transaction per state change, hash-chained events.
+
+Every state change runs inside :meth:`Ledger.transaction` (``BEGIN IMMEDIATE``): it writes its
+table rows, its money transfers (:meth:`Tx.move`) and exactly one event, then commits. Events
+form a chain (spec §3)::
+
+    hash_i = tagged_hash("dk/v1/market/event", hash_{i-1} || canonical_json(body_i))
+
+with ``hash_{-1}`` = 32 zero bytes. The ledger head is the hash of the last event; the market
+id is the hash of the genesis event (seq 0).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dk.crypto.canonical_json import canonical_json, parse_json
+from dk.crypto.hashing import tagged_hash
+from dk.market.errors import MarketRefused
+
+TAG_EVENT = "dk/v1/market/event"
+ZERO_HASH = bytes(32)
+WORLD = "world"  # the outside of the market: deposits come from it, withdrawals go to it
+MAX_AMOUNT = 2**62  # any single amount and the total ever deposited stay below this
+MAX_EVENT_BODY = 2 << 20
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events(
+    seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, prev_hash BLOB NOT NULL,
+    hash BLOB NOT NULL, body BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS holdings(holder TEXT PRIMARY KEY, amount INTEGER NOT NULL,
+    CHECK (amount >= 0 OR holder = 'world'));
+CREATE TABLE IF NOT EXISTS nonces(account TEXT NOT NULL, nonce INTEGER NOT NULL,
+    PRIMARY KEY(account, nonce)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS orders(
+    order_id TEXT PRIMARY KEY, consumer TEXT NOT NULL, job_id TEXT NOT NULL,
+    max_price INTEGER NOT NULL, min_stake INTEGER NOT NULL, deadline INTEGER NOT NULL,
+    policy TEXT NOT NULL, tags TEXT NOT NULL, state TEXT NOT NULL, created INTEGER NOT NULL,
+    bid_id TEXT, worker TEXT, price INTEGER, stake INTEGER, commitment TEXT, beacon TEXT,
+    report_digest TEXT, accepted_at INTEGER, window_end INTEGER, outcome TEXT);
+CREATE TABLE IF NOT EXISTS bids(
+    bid_id TEXT PRIMARY KEY, worker TEXT NOT NULL, price INTEGER NOT NULL,
+    capacity INTEGER NOT NULL, remaining INTEGER NOT NULL, stake INTEGER NOT NULL,
+    tags TEXT NOT NULL, state TEXT NOT NULL, created INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS bids_book ON bids(state, price, created);
+CREATE TABLE IF NOT EXISTS validators(account TEXT PRIMARY KEY, bls_pk TEXT NOT NULL,
+    pop TEXT NOT NULL, registered INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS attestations(order_id TEXT NOT NULL, validator TEXT NOT NULL,
+    signature TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(order_id, validator));
+CREATE TABLE IF NOT EXISTS challenges(
+    challenge_id TEXT PRIMARY KEY, order_id TEXT NOT NULL, challenger TEXT NOT NULL,
+    bond INTEGER NOT NULL, interval INTEGER, counter TEXT, state TEXT NOT NULL,
+    created INTEGER NOT NULL);
+"""
+
+
+def event_hash(prev_hash: bytes, body: dict[str, Any]) -> bytes:
+    """Hash of one event given the previous hash and the event body (spec §3).
+
+    Args:
+        prev_hash: the 32-byte hash of the previous event (zeros for the genesis event).
+        body: the event body (canonical-JSON encodable).
+
+    Returns:
+        The 32-byte event hash.
+    """
+    return tagged_hash(TAG_EVENT, prev_hash, canonical_json(body))
+
+
+def connect(path: str | Path, *, durable: bool = True) -> sqlite3.Connection:
+    """Open the SQLite database in WAL mode, autocommit (transactions are explicit).
+
+    Args:
+        path: database file.
+        durable: ``synchronous=FULL`` (fsync on every commit) when True, else ``NORMAL``.
+
+    Returns:
+        The connection.
+    """
+    con = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+    con.execute("PRAGMA foreign_keys=ON")
+    con.executescript(_SCHEMA)
+    return con
+
+
+class Tx:
+    """One open ledger transaction: table writes, money moves and the pending event."""
+
+    def __init__(self, con: sqlite3.Connection, seq: int, head: bytes) -> None:
+        self.con = con
+        self.seq = seq
+        self.head = head
+        self.moves: list[list[Any]] = []
+        self.data: dict[str, Any] = {}
+
+    def one(self, sql: str, args: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+        """Run a query and return its first row (or None)."""
+        return self.con.execute(sql, args).fetchone()
+
+    def all(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        """Run a query and return every row."""
+        return self.con.execute(sql, args).fetchall()
+
+    def exec(self, sql: str, args: tuple[Any, ...] = ()) -> None:
+        """Run a write statement."""
+        self.con.execute(sql, args)
+
+    def amount(self, holder: str) -> int:
+        """Current amount held by ``holder`` (0 if it never held anything)."""
+        row = self.one("SELECT amount FROM holdings WHERE holder = ?", (holder,))
+        return int(row[0]) if row else 0
+
+    def move(self, src: str, dst: str, amount: int) -> None:
+        """Transfer ``amount`` from ``src`` to ``dst``; only ``world`` may go negative.
+
+        Raises:
+            MarketRefused: ``INSUFFICIENT_FUNDS`` if ``src`` holds less than ``amount``.
+        """
+        if not isinstance(amount, int) or not 0 < amount < MAX_AMOUNT or src == dst:
+            raise ValueError(f"bad move {src} -> {dst} of {amount!r}")
+        if src != WORLD:
+            have = self.amount(src)
+            if have < amount:
+                raise MarketRefused("INSUFFICIENT_FUNDS", f"{src} holds {have}, needs {amount}")
+        elif self.amount(WORLD) - amount <= -MAX_AMOUNT:
+            raise MarketRefused("LIMIT", "total deposits would exceed the ledger limit")
+        for holder, delta in ((src, -amount), (dst, amount)):
+            self.exec("INSERT OR IGNORE INTO holdings(holder, amount) VALUES(?, 0)", (holder,))
+            self.exec("UPDATE holdings SET amount = amount + ? WHERE holder = ?", (delta, holder))
+        self.moves.append([src, dst, amount])
+
+
+class Ledger:
+    """Append-only, hash-chained event log plus the state tables, in one SQLite file."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        durable: bool = True,
+        hook: Callable[[str], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.con = connect(self.path, durable=durable)
+        self.con.row_factory = sqlite3.Row
+        self.hook = hook
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self.con.close()
+
+    def head(self) -> tuple[int, bytes]:
+        """``(seq, hash)`` of the last event, or ``(-1, ZERO_HASH)`` for an empty ledger."""
+        row = self.con.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1").fetchone()
+        return (int(row[0]), bytes(row[1])) if row else (-1, ZERO_HASH)
+
+    def genesis(self) -> dict[str, Any] | None:
+        """The body of the genesis event, or None if the ledger is not initialised."""
+        row = self.con.execute("SELECT body FROM events WHERE seq = 0").fetchone()
+        return parse_json(bytes(row[0]), limit=MAX_EVENT_BODY) if row else None
+
+    def market_id(self) -> bytes:
+        """Hash of the genesis event: the id every signed request names."""
+        row = self.con.execute("SELECT hash FROM events WHERE seq = 0").fetchone()
+        if row is None:
+            raise MarketRefused("NOT_INITIALISED", f"{self.path} holds no market (run init)")
+        return bytes(row[0])
+
+    @contextmanager
+    def transaction(
+        self, kind: str, *, at: int, request: dict[str, Any] | None = None
+    ) -> Iterator[Tx]:
+        """Run one state change: ``BEGIN IMMEDIATE``, yield a :class:`Tx`, append the event, commit.
+
+        The event body is ``{"v", "seq", "kind", "at", "request", "data", "moves"}`` where
+        ``data`` is what the caller put into ``tx.data``. Any exception rolls back everything.
+
+        Args:
+            kind: the event kind (the action name).
+            at: the injected time of the change (integer seconds).
+            request: the signed request envelope that caused it, or None for market actions.
+
+        Yields:
+            The open transaction.
+        """
+        self.con.execute("BEGIN IMMEDIATE")
+        try:
+            seq, head = self.head()
+            tx = Tx(self.con, seq + 1, head)
+            yield tx
+            body = {
+                "v": 1,
+                "seq": tx.seq,
+                "kind": kind,
+                "at": at,
+                "request": request,
+                "data": tx.data,
+                "moves": tx.moves,
+            }
+            if self.hook is not None:
+                self.hook(kind)  # test seam: a crash here must leave no trace
+            digest = event_hash(head, body)
+            self.con.execute(
+                "INSERT INTO events(seq, kind, prev_hash, hash, body) VALUES(?, ?, ?, ?, ?)",
+                (tx.seq, kind, head, digest, canonical_json(body)),
+            )
+            self.con.execute("COMMIT")
+        except BaseException:
+            self.con.execute("ROLLBACK")
+            raise
+
+    def events(self) -> Iterator[tuple[int, bytes, bytes, dict[str, Any]]]:
+        """Every event in order as ``(seq, prev_hash, hash, body)``."""
+        cur = self.con.execute("SELECT seq, prev_hash, hash, body FROM events ORDER BY seq")
+        for seq, prev, digest, body in cur:
+            yield int(seq), bytes(prev), bytes(digest), parse_json(
+                bytes(body), limit=MAX_EVENT_BODY, what=f"event {seq}"
+            )

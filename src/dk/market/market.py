@@ -1,0 +1,301 @@
+"""The :class:`Market` facade: signed requests in, one ledger transaction per state change.
+
+Account actions arrive as signed envelopes (:mod:`dk.market.requests`) and go through
+:meth:`Market.execute`. Market-side steps that need a bundle (verification, dispute replay) or
+only time (acceptance, settlement) are methods; their slow parts (the verifier, pairings) run
+before the transaction, which then re-checks the state it depends on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from dk.market import accounts, attest, challenges, matching, orders, results
+from dk.market.audit import AuditReport, audit
+from dk.market.config import Context, MarketConfig
+from dk.market.errors import MarketRefused
+from dk.market.escrow import settle_order
+from dk.market.ledger import Ledger
+from dk.market.requests import parse_request
+
+Handler = Callable[..., None]
+HANDLERS: dict[str, Handler] = {
+    "deposit": accounts.deposit,
+    "withdraw": accounts.withdraw,
+    "transfer": accounts.transfer,
+    "order": orders.place_order,
+    "cancel_order": orders.cancel_order,
+    "bid": orders.place_bid,
+    "cancel_bid": orders.cancel_bid,
+    "match": matching.match,
+    "submit": results.submit,
+    "register_validator": attest.register_validator,
+    "attest": attest.attest,
+    "challenge": challenges.open_challenge,
+}
+
+
+def _default_verify(*args: Any, **kwargs: Any) -> Any:
+    from dk.verifier import verify_bundle
+
+    return verify_bundle(*args, **kwargs)
+
+
+def _default_replay(*args: Any, **kwargs: Any) -> Any:
+    from dk.verifier import replay_interval
+
+    return replay_interval(*args, **kwargs)
+
+
+class Market:
+    """A market over one SQLite ledger file.
+
+    Args:
+        path: the ledger database (created by :meth:`create`).
+        verify: ``verify_bundle``-compatible function (default: :func:`dk.verifier.verify_bundle`).
+        replay: ``replay_interval``-compatible function (default: the verifier's).
+        bls: BLS backend (default :class:`dk.market.attest.PyEccBls`).
+        hook: test seam called inside each transaction just before its event is written.
+        durable: fsync every commit (``synchronous=FULL``).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        verify: Callable[..., Any] | None = None,
+        replay: Callable[..., Any] | None = None,
+        bls: Any = None,
+        hook: Callable[[str], None] | None = None,
+        durable: bool = True,
+    ) -> None:
+        self.ledger = Ledger(path, durable=durable, hook=hook)
+        genesis = self.ledger.genesis()
+        if genesis is None:
+            self.ledger.close()
+            raise MarketRefused("NOT_INITIALISED", f"{path} holds no market (run init)")
+        self.config = MarketConfig.from_dict(genesis["data"]["config"])
+        self.market_id = self.ledger.market_id()
+        self._verify = verify or _default_verify
+        self._replay = replay or _default_replay
+        self._bls = bls
+
+    @classmethod
+    def create(
+        cls, path: str | Path, *, now: int, config: MarketConfig | None = None,
+        salt: bytes | None = None, **kwargs: Any,
+    ) -> Market:
+        """Initialise a new ledger (its genesis event fixes the config) and open it.
+
+        Raises:
+            MarketRefused: ``ALREADY_INITIALISED``.
+        """
+        ledger = Ledger(path)
+        try:
+            with ledger.transaction("init", at=now) as tx:
+                if tx.seq != 0:
+                    raise MarketRefused("ALREADY_INITIALISED", f"{path} already holds a market")
+                tx.data = {"config": (config or MarketConfig()).to_dict(),
+                           "salt": (salt if salt is not None else os.urandom(16)).hex()}
+        finally:
+            ledger.close()
+        return cls(path, **kwargs)
+
+    @property
+    def bls(self) -> Any:
+        """The BLS backend (py_ecc unless one was injected)."""
+        if self._bls is None:
+            self._bls = attest.PyEccBls()
+        return self._bls
+
+    def close(self) -> None:
+        """Close the ledger."""
+        self.ledger.close()
+
+    def __enter__(self) -> Market:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _ctx(self) -> Context:
+        return Context(self.config, self.market_id, self._bls or _LazyBls(self))
+
+    def execute(self, request: bytes | dict[str, Any], *, now: int) -> dict[str, Any]:
+        """Authenticate a signed request and apply it in one transaction.
+
+        Returns:
+            The event data (e.g. ``{"order_id": "o3", ...}``).
+
+        Raises:
+            FormatError: malformed request or bad signature (``.reason``).
+            MarketRefused: the state does not allow it (``.reason``), including ``REPLAY``.
+        """
+        req = parse_request(request, market_id=self.market_id)
+        with self.ledger.transaction(req.action, at=now, request=req.envelope) as tx:
+            try:
+                tx.exec("INSERT INTO nonces(account, nonce) VALUES(?, ?)", (req.account, req.nonce))
+            except sqlite3.IntegrityError:
+                raise MarketRefused("REPLAY", f"nonce {req.nonce} was already used") from None
+            HANDLERS[req.action](self._ctx(), tx, req, now)
+            return dict(tx.data)
+
+    def order(self, order_id: str) -> sqlite3.Row:
+        """The ``orders`` row of ``order_id``.
+
+        Raises:
+            MarketRefused: ``UNKNOWN_ORDER``.
+        """
+        row = self.ledger.con.execute(
+            "SELECT * FROM orders WHERE order_id = ?", (order_id,)
+        ).fetchone()
+        if row is None:
+            raise MarketRefused("UNKNOWN_ORDER", f"no order {order_id}")
+        return row
+
+    def _bundle_for(self, order: sqlite3.Row, bundle_dir: str | Path, job: Any) -> dict[str, Any]:
+        if bytes(job.job_id).hex() != order["job_id"]:
+            raise MarketRefused("JOB_MISMATCH", "the job given is not the order's job")
+        return results.check_bundle(order, bundle_dir)
+
+    def verify_result(
+        self, order_id: str, bundle_dir: str | Path, job: Any, *, now: int, workers: int = 1
+    ) -> dict[str, Any]:
+        """Run the market's own verification of a submitted result and record the verdict.
+
+        The verifier's beacon is the hash of the order's ``submit`` event. A rejected result
+        refunds the consumer and slashes the worker's stake to the consumer.
+
+        Returns:
+            The event data plus ``"report"`` (the report as a dict).
+
+        Raises:
+            MarketRefused: ``BAD_STATE``, ``JOB_MISMATCH``, ``BUNDLE_MISMATCH``.
+        """
+        order = self.order(order_id)
+        if order["state"] != "submitted":
+            raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not submitted")
+        self._bundle_for(order, bundle_dir, job)
+        beacon = results.beacon_of(self.ledger.con, order)
+        policy = json.loads(order["policy"])
+        report = self._verify(
+            Path(bundle_dir), job, beacon=beacon, samples=policy["samples"],
+            topq=policy["topq"], workers=workers,
+        )
+        with self.ledger.transaction("verify", at=now) as tx:
+            results.record_verification(tx, order_id, beacon, report, now)
+            out = dict(tx.data)
+        out["report"] = report.to_dict()
+        return out
+
+    def accept(self, order_id: str, *, now: int) -> dict[str, Any]:
+        """Accept a verified order with k valid validator attestations (one pairing check).
+
+        Raises:
+            MarketRefused: ``BAD_STATE``, ``NOT_ENOUGH_ATTESTATIONS``, ``DEADLINE_PASSED``.
+        """
+        order = self.order(order_id)
+        if order["state"] != "verified":
+            raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not verified")
+        rows = [
+            (r[0], bytes.fromhex(r[1]), bytes.fromhex(r[2]))
+            for r in self.ledger.con.execute(
+                "SELECT a.validator, v.bls_pk, a.signature FROM attestations a JOIN validators v"
+                " ON a.validator = v.account WHERE a.order_id = ? ORDER BY a.seq", (order_id,)
+            )
+        ]
+        message = attest.attestation_message(
+            self.market_id, order_id, bytes.fromhex(order["report_digest"])
+        )
+        k = json.loads(order["policy"])["k"]
+        signers, aggregate = attest.aggregate_attestations(self.bls, message, rows, k)
+        with self.ledger.transaction("accept", at=now) as tx:
+            results.record_acceptance(tx, order_id, signers, aggregate, now)
+            return dict(tx.data)
+
+    def resolve_challenge(
+        self, challenge_id: str, bundle_dir: str | Path, job: Any, *, now: int
+    ) -> dict[str, Any]:
+        """Decide a challenge by replaying the disputed interval of the committed bundle.
+
+        Raises:
+            MarketRefused: ``UNKNOWN_CHALLENGE``, ``BAD_STATE``, ``JOB_MISMATCH``,
+                ``BUNDLE_MISMATCH``.
+        """
+        ch = self.ledger.con.execute(
+            "SELECT * FROM challenges WHERE challenge_id = ?", (challenge_id,)
+        ).fetchone()
+        if ch is None:
+            raise MarketRefused("UNKNOWN_CHALLENGE", f"no challenge {challenge_id}")
+        if ch["state"] != "open":
+            raise MarketRefused("BAD_STATE", f"{challenge_id} is already {ch['state']}")
+        manifest = self._bundle_for(self.order(ch["order_id"]), bundle_dir, job)
+        interval = challenges.disputed_interval(ch, manifest)
+        replay_ok = True if interval is None else bool(self._replay(Path(bundle_dir), job, interval))
+        with self.ledger.transaction("resolve", at=now) as tx:
+            challenges.record_resolution(tx, challenge_id, interval, replay_ok, now)
+            return dict(tx.data)
+
+    def settle(self, order_id: str, *, now: int) -> dict[str, Any]:
+        """Release or refund an order as its state and ``now`` call for (see :mod:`.escrow`)."""
+        with self.ledger.transaction("settle", at=now) as tx:
+            settle_order(tx, order_id, now)
+            return dict(tx.data)
+
+    def balance(self, account: str) -> int:
+        """Free balance of an account (hex public key)."""
+        row = self.ledger.con.execute(
+            "SELECT amount FROM holdings WHERE holder = ?", (accounts.acct(account),)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def show(self, order_id: str) -> dict[str, Any]:
+        """Everything about one order, with why each bid did or did not match."""
+        order = dict(self.order(order_id))
+        for key in ("policy", "tags", "commitment"):
+            if order.get(key):
+                order[key] = json.loads(order[key])
+        con = self.ledger.con
+        held = {h: int(v) for h, v in con.execute(
+            "SELECT holder, amount FROM holdings WHERE holder IN (?, ?)",
+            (orders.escrow(order_id), orders.stake(order_id)))}
+        order["escrow"] = held.get(orders.escrow(order_id), 0)
+        order["locked_stake"] = held.get(orders.stake(order_id), 0)
+        order["attestations"] = [r[0] for r in con.execute(
+            "SELECT validator FROM attestations WHERE order_id = ? ORDER BY seq", (order_id,))]
+        order["challenges"] = [dict(r) for r in con.execute(
+            "SELECT challenge_id, challenger, bond, interval, state FROM challenges"
+            " WHERE order_id = ?", (order_id,))]
+        order["bids"] = matching.explain(con, order_id)
+        return order
+
+    def book(self) -> dict[str, list[dict[str, Any]]]:
+        """All orders and bids (summary rows) for ``dk market show`` without an id."""
+        con = self.ledger.con
+        return {
+            "orders": [dict(r) for r in con.execute(
+                "SELECT order_id, consumer, job_id, max_price, deadline, state, worker, price"
+                " FROM orders ORDER BY created")],
+            "bids": [dict(r) for r in con.execute(
+                "SELECT bid_id, worker, price, capacity, remaining, stake, tags, state FROM bids"
+                " ORDER BY price, created")],
+        }
+
+    def audit(self, *, check_bls: bool = True) -> AuditReport:
+        """Re-check the chain, every signature and conservation (see :mod:`.audit`)."""
+        return audit(self.ledger, bls=self.bls if check_bls else None, check_bls=check_bls)
+
+
+class _LazyBls:
+    """Defers creating the py_ecc backend until a handler actually needs BLS."""
+
+    def __init__(self, market: Market) -> None:
+        self._market = market
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._market.bls, name)

@@ -1,0 +1,176 @@
+"""Results: the worker's bundle commitment, the market's verification, acceptance (spec §5).
+
+The commitment a worker submits is ``(transcript_root, manifest_digest)`` where
+``manifest_digest = tagged_hash("dk/v1/market/manifest", manifest.json bytes)``. The challenge
+beacon for the verifier is the hash of the ``submit`` event itself, i.e. the ledger head right
+after the commitment was recorded, which the worker cannot choose.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dk.crypto.canonical_json import parse_json
+from dk.crypto.hashing import tagged_hash
+from dk.errors import FormatError
+from dk.market import fields
+from dk.market.accounts import acct
+from dk.market.config import Context
+from dk.market.errors import MarketRefused
+from dk.market.ledger import Tx
+from dk.market.orders import escrow, stake
+from dk.market.requests import SignedRequest
+
+TAG_MANIFEST = "dk/v1/market/manifest"
+MAX_MANIFEST = 16 * 1024 * 1024
+
+
+def read_manifest(bundle_dir: str | Path) -> tuple[dict[str, Any], bytes]:
+    """Read a bundle's ``manifest.json`` (bounded) and return ``(manifest, manifest_digest)``.
+
+    Raises:
+        FormatError: if the manifest is missing, too large, or lacks the fields the market uses.
+    """
+    path = Path(bundle_dir) / "manifest.json"
+    if not path.is_file():
+        raise FormatError(f"no manifest.json in {bundle_dir}")
+    with open(path, "rb") as f:
+        raw = f.read(MAX_MANIFEST + 1)
+    manifest = parse_json(raw, limit=MAX_MANIFEST, what="bundle manifest")
+    if not isinstance(manifest, dict):
+        raise FormatError("bundle manifest must be a JSON object")
+    for name in ("job_id", "worker_key", "transcript_root"):
+        fields.digest_hex(manifest, name)
+    return manifest, tagged_hash(TAG_MANIFEST, raw)
+
+
+def bundle_commitment(bundle_dir: str | Path) -> dict[str, str]:
+    """The commitment a worker submits for a bundle: ``transcript_root`` and ``manifest_digest``."""
+    manifest, digest = read_manifest(bundle_dir)
+    return {"transcript_root": manifest["transcript_root"], "manifest_digest": digest.hex()}
+
+
+def check_bundle(order: Any, bundle_dir: str | Path) -> dict[str, Any]:
+    """Check that ``bundle_dir`` is the bundle the worker committed to for ``order``.
+
+    Returns:
+        The parsed manifest.
+
+    Raises:
+        MarketRefused: ``BUNDLE_MISMATCH`` if the job, worker key or commitment differ.
+    """
+    manifest, digest = read_manifest(bundle_dir)
+    committed = json.loads(order["commitment"])
+    if manifest["job_id"] != order["job_id"]:
+        raise MarketRefused("BUNDLE_MISMATCH", "the bundle is for another job")
+    if manifest["worker_key"] != order["worker"]:
+        raise MarketRefused("BUNDLE_MISMATCH", "the bundle was signed by another worker key")
+    if (manifest["transcript_root"], digest.hex()) != (
+        committed["transcript_root"],
+        committed["manifest_digest"],
+    ):
+        raise MarketRefused("BUNDLE_MISMATCH", "the bundle is not the committed one")
+    return manifest
+
+
+def submit(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
+    """The matched worker commits to a bundle for an order (before the deadline).
+
+    Raises:
+        MarketRefused: ``UNKNOWN_ORDER``, ``NOT_OWNER``, ``BAD_STATE``, ``DEADLINE_PASSED``.
+    """
+    fields.only(req.params, {"order_id", "transcript_root", "manifest_digest"})
+    order_id = fields.object_id(req.params, "order_id", "o")
+    commitment = {
+        "transcript_root": fields.digest_hex(req.params, "transcript_root"),
+        "manifest_digest": fields.digest_hex(req.params, "manifest_digest"),
+        "submit_seq": tx.seq,
+    }
+    order = tx.one("SELECT * FROM orders WHERE order_id = ?", (order_id,))
+    if order is None:
+        raise MarketRefused("UNKNOWN_ORDER", f"no order {order_id}")
+    if order["worker"] != req.account:
+        raise MarketRefused("NOT_OWNER", f"{order_id} was matched to another worker")
+    if order["state"] != "matched":
+        raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not matched")
+    if now >= order["deadline"]:
+        raise MarketRefused("DEADLINE_PASSED", f"{order_id} expired at {order['deadline']}")
+    tx.exec(
+        "UPDATE orders SET state = 'submitted', commitment = ? WHERE order_id = ?",
+        (json.dumps(commitment, sort_keys=True), order_id),
+    )
+    tx.data = {"order_id": order_id, **commitment}
+
+
+def beacon_of(con: Any, order: Any) -> bytes:
+    """The challenge beacon of a submitted order: the hash of its ``submit`` event."""
+    seq = json.loads(order["commitment"])["submit_seq"]
+    row = con.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
+    return bytes(row[0])
+
+
+def record_verification(tx: Tx, order_id: str, beacon: bytes, report: Any, now: int) -> None:
+    """Store the market's verification: ``verified`` on accept, else reject and refund.
+
+    On rejection the escrow returns to the consumer and the worker's stake is slashed to the
+    consumer.
+
+    Raises:
+        MarketRefused: ``BAD_STATE`` if the order is no longer ``submitted``.
+    """
+    order = tx.one("SELECT * FROM orders WHERE order_id = ?", (order_id,))
+    if order is None or order["state"] != "submitted":
+        raise MarketRefused("BAD_STATE", f"{order_id} is not awaiting verification")
+    digest = bytes(report.digest()).hex()
+    reasons = [str(getattr(r, "code", r)) for r in report.reasons]
+    tx.data = {"order_id": order_id, "ok": bool(report.ok), "report_digest": digest,
+               "beacon": beacon.hex(), "reasons": reasons[:32]}
+    if report.ok:
+        tx.exec(
+            "UPDATE orders SET state = 'verified', beacon = ?, report_digest = ? "
+            "WHERE order_id = ?",
+            (beacon.hex(), digest, order_id),
+        )
+        return
+    tx.exec(
+        "UPDATE orders SET state = 'rejected', outcome = 'rejected', beacon = ?, report_digest = ?"
+        " WHERE order_id = ?",
+        (beacon.hex(), digest, order_id),
+    )
+    pay_out(tx, order, escrow_to=order["consumer"], stake_to=order["consumer"])
+    tx.data["outcome"] = "rejected"
+
+
+def pay_out(tx: Tx, order: Any, *, escrow_to: str, stake_to: str) -> None:
+    """Empty an order's escrow and stake holders into the named accounts."""
+    oid = order["order_id"]
+    pay = tx.amount(escrow(oid))
+    if pay:
+        tx.move(escrow(oid), acct(escrow_to), pay)
+    held = tx.amount(stake(oid))
+    if held:
+        tx.move(stake(oid), acct(stake_to), held)
+
+
+def record_acceptance(
+    tx: Tx, order_id: str, signers: list[str], aggregate: bytes, now: int
+) -> None:
+    """Mark a verified order accepted and open its challenge window.
+
+    Raises:
+        MarketRefused: ``BAD_STATE``, ``DEADLINE_PASSED``.
+    """
+    order = tx.one("SELECT * FROM orders WHERE order_id = ?", (order_id,))
+    if order is None or order["state"] != "verified":
+        raise MarketRefused("BAD_STATE", f"{order_id} is not verified")
+    if now >= order["deadline"]:
+        raise MarketRefused("DEADLINE_PASSED", f"{order_id} expired at {order['deadline']}")
+    window = json.loads(order["policy"])["window"]
+    tx.exec(
+        "UPDATE orders SET state = 'accepted', accepted_at = ?, window_end = ? WHERE order_id = ?",
+        (now, now + window, order_id),
+    )
+    tx.data = {"order_id": order_id, "signers": signers, "aggregate": aggregate.hex(),
+               "report_digest": order["report_digest"], "window_end": now + window}
