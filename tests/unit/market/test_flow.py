@@ -22,3 +22,112 @@ def test_honest_job_pays_worker_after_window(world: World) -> None:
         world.m.settle(oid, now=T0 + 500)
     assert e.value.reason == "ALREADY_SETTLED"
     assert world.m.audit().ok
+
+
+def test_forged_bundle_is_rejected_refunded_and_slashed(world: World) -> None:
+    oid, _ = world.to_accepted(forged=True)
+    order = world.m.order(oid)
+    assert order["state"] == "rejected"
+    assert world.m.balance(world.c["worker"].account) == 1000 - 60
+    assert world.m.balance(world.c["consumer"].account) == 1000 + 60
+    with pytest.raises(MarketRefused) as e:
+        world.m.settle(oid, now=T0 + 5000)
+    assert e.value.reason == "ALREADY_SETTLED"
+    assert world.m.audit().ok
+
+
+def test_accept_needs_k_valid_attestations(world: World) -> None:
+    from dk.market import bundle_commitment
+    from market_support import make_bundle
+
+    oid = world.do("consumer", "order", job_id=world.job.job_id.hex(), max_price=100,
+                   min_stake=0, deadline=T0 + 1000)["order_id"]
+    world.do("worker", "bid", price=100, capacity=1, stake=0)
+    world.do("consumer", "match", order_id=oid)
+    bundle = make_bundle(world.tmp / "b", world.job.job_id, world.c["worker"].account)
+    world.do("worker", "submit", order_id=oid, **bundle_commitment(bundle))
+    digest = world.m.verify_result(oid, bundle, world.job, now=T0)["report_digest"]
+    world.register(["v1", "v2"])
+    world.do("v1", "attest", order_id=oid, report_digest=digest,
+             signature=world.bls.sign(1000, b"wrong message").hex())
+    with pytest.raises(MarketRefused) as e:
+        world.m.accept(oid, now=T0)
+    assert e.value.reason == "NOT_ENOUGH_ATTESTATIONS"
+    with pytest.raises(MarketRefused) as e:
+        world.do("v3", "attest", order_id=oid, report_digest=digest, signature="00" * 96)
+    assert e.value.reason == "NOT_VALIDATOR"
+    with pytest.raises(MarketRefused) as e:
+        world.do("v2", "attest", order_id=oid, report_digest="ab" * 32, signature="00" * 96)
+    assert e.value.reason == "DIGEST_MISMATCH"
+
+
+def test_timeout_without_submission_refunds_and_slashes(world: World) -> None:
+    oid = world.do("consumer", "order", job_id=world.job.job_id.hex(), max_price=100,
+                   min_stake=10, deadline=T0 + 50)["order_id"]
+    world.do("worker", "bid", price=70, capacity=1, stake=10)
+    world.do("consumer", "match", order_id=oid)
+    with pytest.raises(MarketRefused):
+        world.m.settle(oid, now=T0 + 49)
+    assert world.m.settle(oid, now=T0 + 50)["outcome"] == "timed_out"
+    assert world.m.balance(world.c["consumer"].account) == 1010
+    with pytest.raises(MarketRefused) as e:
+        world.do("worker", "submit", now=T0 + 60, order_id=oid, transcript_root="00" * 32,
+                 manifest_digest="00" * 32)
+    assert e.value.reason == "BAD_STATE"
+    assert world.m.audit().ok
+
+
+def test_expired_open_order_is_refunded(world: World) -> None:
+    oid = world.do("consumer", "order", job_id=world.job.job_id.hex(), max_price=100,
+                   min_stake=0, deadline=T0 + 5)["order_id"]
+    assert world.m.settle(oid, now=T0 + 5)["outcome"] == "expired"
+    assert world.m.balance(world.c["consumer"].account) == 1000
+
+
+def test_upheld_challenge_pays_challenger_from_stake(world: World) -> None:
+    oid, bundle = world.to_accepted(bad=[2])
+    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5,
+                   interval=2)["challenge_id"]
+    with pytest.raises(MarketRefused) as e:
+        world.m.settle(oid, now=T0 + 500)
+    assert e.value.reason == "NOT_SETTLEABLE"
+    out = world.m.resolve_challenge(cid, bundle, world.job, now=T0 + 40)
+    assert out["upheld"] and out["interval"] == 2
+    assert world.m.balance(world.c["challenger"].account) == 1000 + 60
+    assert world.m.balance(world.c["consumer"].account) == 1000
+    assert world.m.balance(world.c["worker"].account) == 1000 - 60
+    assert world.m.order(oid)["state"] == "slashed"
+    assert world.m.audit().ok
+
+
+def test_failed_challenge_loses_bond_to_worker(world: World) -> None:
+    oid, bundle = world.to_accepted(bad=[2])
+    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5,
+                   interval=1)["challenge_id"]
+    assert not world.m.resolve_challenge(cid, bundle, world.job, now=T0 + 40)["upheld"]
+    assert world.m.settle(oid, now=T0 + 120)["outcome"] == "released"
+    assert world.m.balance(world.c["challenger"].account) == 995
+    assert world.m.balance(world.c["worker"].account) == 1000 + 80 + 5
+    assert world.m.audit().ok
+
+
+def test_counter_transcript_bisects_to_first_difference(world: World) -> None:
+    oid, bundle = world.to_accepted(bad=[1])
+    import json
+
+    ours = [c["root"] for c in json.loads((bundle / "manifest.json").read_text())["checkpoints"]]
+    theirs = ours[:2] + ["ee" * 32] * 3
+    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5,
+                   counter_roots=theirs)["challenge_id"]
+    out = world.m.resolve_challenge(cid, bundle, world.job, now=T0 + 40)
+    assert out["interval"] == 1 and out["upheld"]
+
+
+def test_challenge_window_and_self_challenge(world: World) -> None:
+    oid, _ = world.to_accepted()
+    with pytest.raises(MarketRefused) as e:
+        world.do("challenger", "challenge", now=T0 + 120, order_id=oid, bond=5, interval=0)
+    assert e.value.reason == "WINDOW_CLOSED"
+    with pytest.raises(MarketRefused) as e:
+        world.do("worker", "challenge", now=T0 + 30, order_id=oid, bond=5, interval=0)
+    assert e.value.reason == "SELF_CHALLENGE"

@@ -1,0 +1,92 @@
+"""Signed requests: forged signatures, replays, other markets, other accounts' funds."""
+
+from __future__ import annotations
+
+import pytest
+from market_support import T0, World, key
+
+from dk.crypto.canonical_json import canonical_json
+from dk.errors import FormatError
+from dk.market import MarketRefused, parse_request, sign_request
+from dk.market.requests import request_digest
+
+
+def test_valid_request_roundtrips_through_bytes(world: World) -> None:
+    env = world.c["consumer"].request("deposit", nonce=7, amount=5)
+    req = parse_request(canonical_json(env), market_id=world.m.market_id)
+    assert (req.account, req.nonce, req.action, req.params) == (
+        world.c["consumer"].account, 7, "deposit", {"amount": 5})
+    assert req.digest == request_digest(env["body"])
+
+
+def test_replay_is_refused(world: World) -> None:
+    env = world.c["consumer"].request("deposit", nonce=7, amount=5)
+    world.m.execute(env, now=T0)
+    with pytest.raises(MarketRefused) as e:
+        world.m.execute(env, now=T0)
+    assert e.value.reason == "REPLAY"
+    assert world.m.balance(world.c["consumer"].account) == 1005
+
+
+@pytest.mark.parametrize(
+    ("mutate", "reason"),
+    [
+        (lambda env: env["body"]["params"].update(amount=6), "BAD_SIGNATURE"),
+        (lambda env: env["body"].update(nonce=8), "BAD_SIGNATURE"),
+        (lambda env: env.update(signature="00" * 64), "BAD_SIGNATURE"),
+        (lambda env: env.update(signature="zz"), "BAD_SIGNATURE"),
+        (lambda env: env["body"].update(market="11" * 32), "WRONG_MARKET"),
+        (lambda env: env["body"].update(action="mint"), "UNKNOWN_ACTION"),
+        (lambda env: env["body"].update(nonce=-1), "MALFORMED_REQUEST"),
+        (lambda env: env["body"].update(nonce=True), "MALFORMED_REQUEST"),
+        (lambda env: env["body"].pop("nonce"), "MALFORMED_REQUEST"),
+        (lambda env: env.update(extra=1), "MALFORMED_REQUEST"),
+        (lambda env: env["body"].update(account="AB" * 32), "MALFORMED_REQUEST"),
+    ],
+)
+def test_tampered_requests_are_refused(world: World, mutate, reason: str) -> None:
+    env = world.c["consumer"].request("deposit", nonce=7, amount=5)
+    mutate(env)
+    with pytest.raises(FormatError) as e:
+        world.m.execute(env, now=T0)
+    assert e.value.reason == reason
+    assert world.m.balance(world.c["consumer"].account) == 1000
+
+
+def test_signing_for_another_account_fails(world: World) -> None:
+    victim = world.c["consumer"].account
+    env = sign_request(key(99), world.m.market_id, "withdraw", {"amount": 10}, nonce=1)
+    env["body"]["account"] = victim  # claim to act for the victim with a foreign key
+    with pytest.raises(FormatError) as e:
+        world.m.execute(env, now=T0)
+    assert e.value.reason == "BAD_SIGNATURE"
+
+
+def test_actions_on_other_accounts_funds_are_refused(world: World) -> None:
+    oid = world.do("consumer", "order", job_id="11" * 32, max_price=100, min_stake=0,
+                   deadline=T0 + 100)["order_id"]
+    bid = world.do("worker", "bid", price=90, capacity=2, stake=5)["bid_id"]
+    for who, action, params in [
+        ("worker", "cancel_order", {"order_id": oid}),
+        ("worker", "match", {"order_id": oid}),
+        ("consumer", "cancel_bid", {"bid_id": bid}),
+    ]:
+        with pytest.raises(MarketRefused) as e:
+            world.do(who, action, **params)
+        assert e.value.reason == "NOT_OWNER"
+    with pytest.raises(MarketRefused) as e:
+        world.do("worker", "withdraw", amount=991)
+    assert e.value.reason == "INSUFFICIENT_FUNDS"
+    assert world.do("worker", "cancel_bid", bid_id=bid)["returned"] == 10
+    assert world.do("consumer", "cancel_order", order_id=oid)["outcome"] == "cancelled"
+    assert world.m.audit().ok
+
+
+def test_bad_params_are_refused(world: World) -> None:
+    for params in [{"amount": 0}, {"amount": 1.5}, {"amount": 2**62}, {"amount": 1, "x": 1}]:
+        with pytest.raises(FormatError) as e:
+            world.do("consumer", "deposit", **params)
+        assert e.value.reason == "BAD_PARAMS"
+    with pytest.raises(FormatError):
+        world.do("consumer", "order", job_id="11" * 32, max_price=1, min_stake=0,
+                 deadline=T0 + 1, tags={"Region": "eu"})
