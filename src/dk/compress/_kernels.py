@@ -32,21 +32,29 @@ def _uniform(seed: np.uint64, c: np.uint64) -> np.float32:
 
 
 @numba.njit(**_JIT)
-def rng_numba(seed, counter, out):
-    """Numba twin of :func:`dk.compress.reference.rng_reference`."""
+def _rng_numba(seed, counter, out):
     s = np.uint64(seed)
     c = np.uint64(counter)
     for i in range(out.size):
         out[i] = _splitmix(s, c + np.uint64(i))
 
 
+def rng_numba(seed, counter, out):
+    """Numba twin of :func:`dk.compress.reference.rng_reference`."""
+    return _rng_numba(np.uint64(seed), np.uint64(counter), out)
+
+
 @numba.njit(**_JIT)
-def uniform_numba(seed, counter, out):
-    """Numba twin of :func:`dk.compress.reference.uniform_reference`."""
+def _uniform_numba(seed, counter, out):
     s = np.uint64(seed)
     c = np.uint64(counter)
     for i in range(out.size):
         out[i] = _uniform(s, c + np.uint64(i))
+
+
+def uniform_numba(seed, counter, out):
+    """Numba twin of :func:`dk.compress.reference.uniform_reference`."""
+    return _uniform_numba(np.uint64(seed), np.uint64(counter), out)
 
 
 @numba.njit(**_JIT)
@@ -115,8 +123,7 @@ def topk_exact_numba(x, k, out_idx, out_val):
 
 
 @numba.njit(**_JIT)
-def sample_threshold_numba(x, k, n_samples, seed, counter):
-    """Numba twin of :func:`dk.compress.reference.sample_threshold_reference`."""
+def _sample_threshold_numba(x, k, n_samples, seed, counter):
     n = x.size
     m = min(n_samples, n)
     keys = x.view(np.uint32)
@@ -130,6 +137,11 @@ def sample_threshold_numba(x, k, n_samples, seed, counter):
     sample.sort()
     ks = max(1, -(-m * k // n))
     return np.int64(sample[m - ks])
+
+
+def sample_threshold_numba(x, k, n_samples, seed, counter):
+    """Numba twin of :func:`dk.compress.reference.sample_threshold_reference`."""
+    return _sample_threshold_numba(x, k, n_samples, np.uint64(seed), np.uint64(counter))
 
 
 @numba.njit(**_JIT)
@@ -209,8 +221,7 @@ def dequantize_int4_numba(packed, scale, block, out):
 
 
 @numba.njit(**_JIT)
-def quantize_qsgd_numba(x, block, levels, seed, counter, out_q, out_scale):
-    """Numba twin of :func:`dk.compress.reference.quantize_qsgd_reference`."""
+def _quantize_qsgd_numba(x, block, levels, seed, counter, out_q, out_scale):
     n = x.size
     fl_levels = np.float32(levels)
     s = np.uint64(seed)
@@ -233,6 +244,13 @@ def quantize_qsgd_numba(x, block, levels, seed, counter, out_q, out_scale):
             f = np.float32(np.floor(t))
             q = np.int8(f) + np.int8(u < np.float32(t - f))
             out_q[i] = -q if x[i] < 0 else q
+
+
+def quantize_qsgd_numba(x, block, levels, seed, counter, out_q, out_scale):
+    """Numba twin of :func:`dk.compress.reference.quantize_qsgd_reference`."""
+    return _quantize_qsgd_numba(
+        x, block, levels, np.uint64(seed), np.uint64(counter), out_q, out_scale
+    )
 
 
 @numba.njit(**_JIT)
