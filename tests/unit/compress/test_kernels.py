@@ -25,7 +25,11 @@ def test_splitmix64_known_values(impl):
     # SplitMix64 from state 0: the published first outputs of the generator.
     out = np.zeros(3, dtype=np.uint64)
     impl("rng")(0, 0, out)
-    assert [hex(int(v)) for v in out] == ["0xe220a8397b1dcdaf", "0x6e789e6aa1b965f4", "0x6c45d188009454f"]
+    assert [hex(int(v)) for v in out] == [
+        "0xe220a8397b1dcdaf",
+        "0x6e789e6aa1b965f4",
+        "0x6c45d188009454f",
+    ]
 
 
 def test_uniform_in_unit_interval(impl):
