@@ -1,0 +1,92 @@
+"""Every known way to fake a PoL transcript is rejected with its reason code (DESIGN §2).
+
+Each forgery is applied to a copy of an honest bundle by a forger who holds the worker key
+(``vectors/gen/forge.py``); verification replays every interval so the outcome does not
+depend on the challenge draw.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dk.pol.transcript import MAX_MANIFEST_BYTES
+from dk.verifier import verify_bundle
+from tests.helpers import WORKER, tiny_job
+from vectors.gen.forge import FORGERIES, STOLEN, Forgery, oversize_manifest
+
+BEACON = bytes(32)
+
+
+def _verify(bundle: Path, job: object, **kw: object) -> list[str]:
+    report = verify_bundle(bundle, job, beacon=BEACON, samples=1000, **kw)
+    assert not report.ok
+    assert report.verdict == "reject"
+    return report.codes
+
+
+def test_honest_bundle_is_accepted(honest: tuple[object, Path]) -> None:
+    job, bundle = honest
+    report = verify_bundle(bundle, job, beacon=BEACON, samples=1000)
+    assert report.ok, report.to_dict()
+    assert report.challenged == list(range(4))
+
+
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_forgery_is_rejected(name: str, honest: tuple[object, Path], tmp_path: Path) -> None:
+    job, bundle = honest
+    forge, reason = FORGERIES[name]
+    forged = forge(Forgery(bundle, tmp_path / name), WORKER)
+    codes = _verify(forged, job)
+    assert codes[0] == reason, codes
+
+
+def test_oversized_manifest(honest: tuple[object, Path], tmp_path: Path) -> None:
+    job, bundle = honest
+    f = Forgery(bundle, tmp_path / "big")
+    oversize_manifest(f.dir, MAX_MANIFEST_BYTES + 1)
+    assert _verify(f.dir, job) == ["MANIFEST_TOO_LARGE"]
+
+
+def test_bundle_against_a_different_job(honest: tuple[object, Path]) -> None:
+    _, bundle = honest
+    other = tiny_job(seed=1)
+    assert _verify(bundle, other) == ["JOB_MISMATCH"]
+
+
+def test_stolen_transcript_fully_resigned(honest: tuple[object, Path], tmp_path: Path) -> None:
+    """A thief who re-signs everything under his own key is caught when the job names the worker."""
+    job, bundle = honest
+    _, forge, reason = STOLEN
+    forged = forge(Forgery(bundle, tmp_path / "stolen"), WORKER)
+    assert _verify(forged, job, worker=WORKER.verify_key.hex()) == [reason]
+    named = job.with_updates(pol={"worker": WORKER.verify_key.hex()})
+    assert verify_bundle(forged, named, beacon=BEACON).codes[0] == "JOB_MISMATCH"  # job_id changed too
+
+
+def test_skipped_interval_is_caught_by_sampling_only_when_sampled(honest: tuple[object, Path], tmp_path: Path) -> None:
+    """The skip forgery passes every integrity check: only replay exposes it, first at interval 2
+    (interval 3 fails too, since checkpoint 4 was trained from the real checkpoint 3)."""
+    job, bundle = honest
+    forge, _ = FORGERIES["skipped-interval"]
+    forged = forge(Forgery(bundle, tmp_path / "skip"), WORKER)
+    report = verify_bundle(forged, job, beacon=BEACON, samples=1000)
+    assert [f.interval for f in report.reasons] == [2, 3]
+    assert set(report.codes) == {"REPLAY_MISMATCH"}
+    assert report.checks["blobs"] == "pass" and report.checks["signature"] == "pass"
+
+
+def test_missing_bundle_and_garbage_never_raise(tmp_path: Path, honest: tuple[object, Path]) -> None:
+    job, _ = honest
+    assert verify_bundle(tmp_path / "nope", job).codes == ["BUNDLE_NOT_FOUND"]
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "manifest.json").write_bytes(b"\xff\xfe garbage")
+    assert verify_bundle(tmp_path / "g", job).codes == ["MANIFEST_MALFORMED"]
+    (tmp_path / "g" / "manifest.json").write_bytes(b'{"format": "dk-pol-bundle", "version": 99}')
+    assert verify_bundle(tmp_path / "g", job).codes == ["UNSUPPORTED_VERSION"]
+    (tmp_path / "e").mkdir()
+    assert verify_bundle(tmp_path / "e", job).codes == ["MANIFEST_MISSING"]
+    bad_job = tmp_path / "job.toml"
+    bad_job.write_text("[model]\narch = 'transformer'\n")
+    assert verify_bundle(tmp_path / "e", bad_job).codes == ["JOB_MALFORMED"]
