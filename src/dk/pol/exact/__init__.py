@@ -1,0 +1,20 @@
+"""Exact mode: reproducible float32 training kernels (SPEC exact).
+
+Every reduction has a fixed order, no multiply is fused into an add, and ``exp``/``log``/``erf``
+are computed with fixed arithmetic, so one training step gives the same bits on any thread
+count, on x86-64 and arm64 CPUs, and on a CUDA GPU. Numba is imported only when a trainer is
+built.
+
+>>> from dk.pol.exact import ExactTrainer
+>>> tr = ExactTrainer({"arch": "linear", "input_dim": 4, "output_dim": 2},
+...                   {"name": "sgd", "lr": 0.1}, "cross_entropy")
+>>> tr.param_shapes()
+{'fc0.weight': (2, 4), 'fc0.bias': (2,)}
+"""
+
+from __future__ import annotations
+
+from dk.pol.exact.reference import reference_step as reference_step
+from dk.pol.exact.trainer import ExactTrainer as ExactTrainer
+
+__all__ = ["ExactTrainer", "reference_step"]

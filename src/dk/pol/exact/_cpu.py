@@ -1,0 +1,330 @@
+"""Numba CPU kernels of exact mode (SPEC exact §3-§5).
+
+Every kernel writes into caller-owned float32 buffers and computes each output element with the
+sequence of float32 operations that the spec fixes for it. Work is split across threads only
+over independent output elements (``prange`` over rows), so the bits never depend on the thread
+count. Kernels are compiled with ``fastmath=False``: LLVM then neither reassociates sums nor
+contracts a multiply and an add into an FMA. Vectorisation runs across output elements, never
+across the terms of one sum.
+
+Only this module and ``_cuda`` import Numba.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from dk.pol.exact import _math
+
+BLOCK = _math.BLOCK
+ZERO = _math.ZERO
+ONE = _math.ONE
+
+_mul = njit(inline="always", cache=True)(_math.mul)
+_f = _math.retarget(lambda fn: njit(cache=True)(fn), _mul)
+exp32 = _f["exp32"]
+log32 = _f["log32"]
+erf32 = _f["erf32"]
+sqrt32 = _f["sqrt32"]
+_gelu = _f["gelu32"]
+_gelu_grad = _f["gelu_grad32"]
+_sgd = _f["sgd32"]
+_adam = _f["adam32"]
+
+
+@njit(parallel=True, cache=True)
+def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:  # pragma: no cover - jitted
+    """``c[i, j] = sum_k a[i, k] * b[k, j]`` in the blocked order (SPEC exact §3).
+
+    ``a`` may be any strided view (e.g. ``w.T``); ``b`` and ``c`` are C-contiguous. Each element
+    is ``((t_0 + t_1) + ...)`` over blocks, each block partial ``t_q`` a sequential sum of its
+    products from +0, all in float32; four products are folded per pass over a row of ``c`` in
+    exactly that sequential order.
+    """
+    m, kk = a.shape
+    n = b.shape[1]
+    for i in prange(m):
+        tmp = np.empty(n, np.float32)
+        ci = c[i]
+        for j in range(n):
+            ci[j] = ZERO
+        for k0 in range(0, kk, BLOCK):
+            kend = min(k0 + BLOCK, kk)
+            for j in range(n):
+                tmp[j] = ZERO
+            k = k0
+            while k + 4 <= kend:
+                a0 = a[i, k]
+                a1 = a[i, k + 1]
+                a2 = a[i, k + 2]
+                a3 = a[i, k + 3]
+                b0 = b[k]
+                b1 = b[k + 1]
+                b2 = b[k + 2]
+                b3 = b[k + 3]
+                for j in range(n):
+                    tmp[j] = (((tmp[j] + a0 * b0[j]) + a1 * b1[j]) + a2 * b2[j]) + a3 * b3[j]
+                k += 4
+            while k < kend:
+                a0 = a[i, k]
+                b0 = b[k]
+                for j in range(n):
+                    tmp[j] = tmp[j] + a0 * b0[j]
+                k += 1
+            for j in range(n):
+                ci[j] = ci[j] + tmp[j]
+
+
+@njit(cache=True)
+def add_bias_rows(c: np.ndarray, bias: np.ndarray) -> None:  # pragma: no cover - jitted
+    """``c[i, j] += bias[i]`` (the bias is added after the dot product)."""
+    for i in range(c.shape[0]):
+        bi = bias[i]
+        for j in range(c.shape[1]):
+            c[i, j] = c[i, j] + bi
+
+
+@njit(cache=True)
+def sum_blocked(v: np.ndarray) -> np.float32:  # pragma: no cover - jitted
+    """Blocked sum of a 1-D float32 array (SPEC exact §3)."""
+    total = ZERO
+    n = v.shape[0]
+    for k0 in range(0, n, BLOCK):
+        t = ZERO
+        for k in range(k0, min(k0 + BLOCK, n)):
+            t = t + v[k]
+        total = total + t
+    return total
+
+
+@njit(cache=True)
+def rowsum(a: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - jitted
+    """``out[i] = sum_j a[i, j]`` in the blocked order."""
+    for i in range(a.shape[0]):
+        out[i] = sum_blocked(a[i])
+
+
+@njit(cache=True)
+def relu_fwd(z: np.ndarray, h: np.ndarray) -> None:  # pragma: no cover - jitted
+    """``h = z if z > 0 else +0`` elementwise on 1-D arrays."""
+    for i in range(z.shape[0]):
+        h[i] = z[i] if z[i] > ZERO else ZERO
+
+
+@njit(cache=True)
+def relu_bwd(z: np.ndarray, dh: np.ndarray, dz: np.ndarray) -> None:  # pragma: no cover
+    """``dz = dh if z > 0 else +0`` elementwise on 1-D arrays."""
+    for i in range(z.shape[0]):
+        dz[i] = dh[i] if z[i] > ZERO else ZERO
+
+
+@njit(cache=True)
+def gelu_fwd(z: np.ndarray, h: np.ndarray) -> None:  # pragma: no cover - jitted
+    """Exact-erf GELU elementwise on 1-D arrays."""
+    for i in range(z.shape[0]):
+        h[i] = _gelu(z[i])
+
+
+@njit(cache=True)
+def gelu_bwd(z: np.ndarray, dh: np.ndarray, dz: np.ndarray) -> None:  # pragma: no cover
+    """``dz = dh * gelu'(z)`` elementwise on 1-D arrays."""
+    for i in range(z.shape[0]):
+        dz[i] = _mul(dh[i], _gelu_grad(z[i]))
+
+
+@njit(cache=True)
+def softmax_ce(zt, y, dzt, losses) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Per-sample softmax cross-entropy on logits ``zt`` (classes, batch) (SPEC exact §4.3).
+
+    Writes ``losses[b] = (max + log(sum exp(z - max))) - z[y_b]`` and
+    ``dzt[c, b] = (exp(z_c - max) / sum - [c == y_b]) / batch``.
+    """
+    nc, nb = zt.shape
+    fb = np.float32(nb)
+    for b in range(nb):
+        mx = zt[0, b]
+        for c in range(1, nc):
+            if zt[c, b] > mx:
+                mx = zt[c, b]
+        total = ZERO
+        for c0 in range(0, nc, BLOCK):
+            t = ZERO
+            for c in range(c0, min(c0 + BLOCK, nc)):
+                e = exp32(zt[c, b] - mx)
+                dzt[c, b] = e
+                t = t + e
+            total = total + t
+        losses[b] = (mx + log32(total)) - zt[y[b], b]
+        for c in range(nc):
+            p = dzt[c, b] / total
+            if c == y[b]:
+                p = p - ONE
+            dzt[c, b] = p / fb
+
+
+@njit(cache=True)
+def mse(zt, target, dzt, losses) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Per-sample squared error on ``zt`` (outputs, batch) against ``target`` (batch, outputs).
+
+    Writes ``losses[b] = sum_c (z - t)**2`` (blocked) and ``dzt = (2 (z - t)) / (batch * outputs)``.
+    """
+    nc, nb = zt.shape
+    fn = np.float32(nb * nc)
+    two = np.float32(2.0)
+    for b in range(nb):
+        total = ZERO
+        for c0 in range(0, nc, BLOCK):
+            t = ZERO
+            for c in range(c0, min(c0 + BLOCK, nc)):
+                d = zt[c, b] - target[b, c]
+                t = t + _mul(d, d)
+                dzt[c, b] = _mul(two, d) / fn
+            total = total + t
+        losses[b] = total
+
+
+@njit(parallel=True, cache=True)
+def im2col(x, col, colt) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
+    """3x3, stride 1, padding 1 patches of ``x`` (C, B, H, W), zeros outside the image.
+
+    ``col[(c*3 + ky)*3 + kx, (b*H + y)*W + xx] = x[c, b, y + ky - 1, xx + kx - 1]``;
+    ``colt`` is its transpose.
+    """
+    nc, nb, hh, ww = x.shape
+    for c in prange(nc):
+        for ky in range(3):
+            for kx in range(3):
+                r = (c * 3 + ky) * 3 + kx
+                for b in range(nb):
+                    for y in range(hh):
+                        sy = y + ky - 1
+                        for xx in range(ww):
+                            sx = xx + kx - 1
+                            v = ZERO
+                            if 0 <= sy < hh and 0 <= sx < ww:
+                                v = x[c, b, sy, sx]
+                            q = (b * hh + y) * ww + xx
+                            col[r, q] = v
+                            colt[q, r] = v
+
+
+@njit(parallel=True, cache=True)
+def col2im(dcol, dx) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Adjoint of :func:`im2col`: each ``dx`` element sums its 9 patch entries in (ky, kx) order."""
+    nc, nb, hh, ww = dx.shape
+    for c in prange(nc):
+        for b in range(nb):
+            for y in range(hh):
+                for xx in range(ww):
+                    acc = ZERO
+                    for ky in range(3):
+                        oy = y - ky + 1
+                        for kx in range(3):
+                            ox = xx - kx + 1
+                            if 0 <= oy < hh and 0 <= ox < ww:
+                                acc = acc + dcol[(c * 3 + ky) * 3 + kx, (b * hh + oy) * ww + ox]
+                    dx[c, b, y, xx] = acc
+
+
+@njit(cache=True)
+def maxpool_fwd(x, out, idx) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
+    """2x2 stride-2 max pool of ``x`` (C, B, H, W); ``idx`` keeps the first maximum (0..3)."""
+    nc, nb, ho, wo = out.shape
+    for c in range(nc):
+        for b in range(nb):
+            for y in range(ho):
+                for xx in range(wo):
+                    best = x[c, b, 2 * y, 2 * xx]
+                    arg = 0
+                    for q in range(1, 4):
+                        v = x[c, b, 2 * y + q // 2, 2 * xx + q % 2]
+                        if v > best:
+                            best = v
+                            arg = q
+                    out[c, b, y, xx] = best
+                    idx[c, b, y, xx] = arg
+
+
+@njit(cache=True)
+def maxpool_bwd(dout, idx, dx) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Route each pooled gradient to its recorded maximum; every other entry is +0."""
+    nc, nb, ho, wo = dout.shape
+    for c in range(nc):
+        for b in range(nb):
+            for y in range(ho):
+                for xx in range(wo):
+                    for q in range(4):
+                        v = dout[c, b, y, xx] if q == idx[c, b, y, xx] else ZERO
+                        dx[c, b, 2 * y + q // 2, 2 * xx + q % 2] = v
+
+
+@njit(cache=True)
+def sgd_update(p, g, buf, lr, momentum, wd, flags) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
+    """SGD on flat float32 arrays in place (SPEC exact §5.1); ``flags`` as in ``_math.sgd32``."""
+    for i in range(p.shape[0]):
+        p[i], buf[i] = _sgd(p[i], g[i], buf[i], lr, momentum, wd, flags)
+
+
+@njit(cache=True)
+def adam_update(p, g, m, v, hyper, flags) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
+    """Adam on flat float32 arrays in place (SPEC exact §5.2); ``hyper`` as in ``_math.adam32``."""
+    for i in range(p.shape[0]):
+        p[i], m[i], v[i] = _adam(p[i], g[i], m[i], v[i], hyper, flags)
+
+
+class CpuBackend:
+    """The exact-mode operations on NumPy buffers, run by the Numba CPU kernels above."""
+
+    name = "cpu"
+
+    def asarray(self, a: np.ndarray) -> np.ndarray:
+        """The backend's array for a host array (the array itself on the CPU)."""
+        return a
+
+    def empty(self, shape: tuple[int, ...], dtype: type = np.float32) -> np.ndarray:
+        """An uninitialised buffer."""
+        return np.empty(shape, dtype=dtype)
+
+    def to_host(self, a: np.ndarray, out: np.ndarray) -> None:
+        """Copy a backend array into a host array (nothing to do when they are one array)."""
+        if a is not out:
+            np.copyto(out, a)
+
+    def matmul(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, trans_a: bool = False) -> None:
+        """``c = op(a) @ b`` in the blocked order, ``op(a) = a.T`` when ``trans_a``."""
+        matmul(a.T if trans_a else a, b, c)
+
+    def permute(self, src: np.ndarray, dst: np.ndarray, axes: tuple[int, ...]) -> None:
+        """``dst = src.transpose(axes)`` (data movement only)."""
+        np.copyto(dst, src.transpose(axes))
+
+    def act_fwd(self, kind: str, z: np.ndarray, h: np.ndarray) -> None:
+        """Activation forward on flat arrays."""
+        (relu_fwd if kind == "relu" else gelu_fwd)(z.reshape(-1), h.reshape(-1))
+
+    def act_bwd(self, kind: str, z: np.ndarray, dh: np.ndarray, dz: np.ndarray) -> None:
+        """Activation backward on flat arrays."""
+        fn = relu_bwd if kind == "relu" else gelu_bwd
+        fn(z.reshape(-1), dh.reshape(-1), dz.reshape(-1))
+
+    def loss_total(self, losses: np.ndarray) -> np.float32:
+        """Blocked sum of the per-sample losses."""
+        return np.float32(sum_blocked(losses))
+
+    def sgd(self, p, g, buf, lr, momentum, wd, flags) -> None:  # type: ignore[no-untyped-def]
+        """SGD update of one parameter (flat views)."""
+        sgd_update(p.reshape(-1), g.reshape(-1), buf.reshape(-1), lr, momentum, wd, flags)
+
+    def adam(self, p, g, m, v, hyper, flags) -> None:  # type: ignore[no-untyped-def]
+        """Adam update of one parameter (flat views)."""
+        adam_update(p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1), hyper, flags)
+
+    add_bias_rows = staticmethod(add_bias_rows)
+    rowsum = staticmethod(rowsum)
+    softmax_ce = staticmethod(softmax_ce)
+    mse = staticmethod(mse)
+    im2col = staticmethod(im2col)
+    col2im = staticmethod(col2im)
+    maxpool_fwd = staticmethod(maxpool_fwd)
+    maxpool_bwd = staticmethod(maxpool_bwd)
