@@ -1,0 +1,64 @@
+"""SIGKILL in the middle of a settlement; two processes writing at once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from market_support import T0, World, key
+
+HERE = Path(__file__).parent
+SCRIPT = str(HERE / "crash_worker.py")
+
+
+def test_sigkill_mid_settlement_leaves_an_audit_clean_ledger(world: World) -> None:
+    oid, _ = world.to_accepted()
+    db = str(world.m.ledger.path)
+    head_before = world.m.ledger.head()
+    flag = world.tmp / "flag"
+    proc = subprocess.Popen([sys.executable, SCRIPT, "settle", db, oid, str(flag)])
+    try:
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert proc.poll() is None, "the settling process exited early"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    world.m.close()
+    from market_support import FakeBls, fake_replay, fake_verify
+
+    from dk.market import Market
+
+    m = Market(db, verify=fake_verify, replay=fake_replay, bls=FakeBls())
+    report = m.audit()
+    assert report.ok, report.problems
+    assert m.ledger.head() == head_before  # nothing of the killed settlement is visible
+    assert m.order(oid)["state"] == "accepted"
+    assert m.settle(oid, now=T0 + 10_000)["outcome"] == "released"  # and it can be redone
+    assert m.audit().ok
+    world.m = m
+
+
+def test_two_processes_writing_at_once_lose_no_update(world: World) -> None:
+    db = str(world.m.ledger.path)
+    rounds = 150
+    procs = [
+        subprocess.Popen([sys.executable, SCRIPT, "hammer", db, str(a), str(b), str(rounds)])
+        for a, b in ((41, 42), (42, 41))
+    ]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    a, b = key(41).verify_key.hex(), key(42).verify_key.hex()
+    # each deposits 3 and sends 2 to the other per round: both end with 3 * rounds
+    assert world.m.balance(a) == world.m.balance(b) == 3 * rounds
+    report = world.m.audit()
+    assert report.ok, report.problems
+    kinds = dict(world.m.ledger.con.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind"))
+    assert kinds["transfer"] == 2 * rounds and kinds["deposit"] == 2 * rounds + 7

@@ -1,0 +1,195 @@
+"""Random sequences of market operations keep conservation, never release twice, never go negative."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from market_support import T0, FakeJob, key, make_bundle, new_market
+
+from dk.errors import FormatError
+from dk.market import Client, MarketRefused, bundle_commitment
+from dk.market.attest import attestation_message
+
+USERS = 4
+who = st.integers(0, USERS - 1)
+money = st.integers(1, 300)
+JOB = FakeJob(bytes(range(32)))
+
+
+class MarketMachine(RuleBasedStateMachine):
+    """Drives a market with random signed requests and market-side steps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="dk-market-"))
+        self.m = new_market(self.dir / "m.db")
+        self.clients = [Client(key(i + 1), self.m.market_id) for i in range(USERS)]
+        self.now = T0
+        self.net = 0  # deposits - withdrawals, as the model sees them
+        self.orders: list[str] = []
+        self.challenges: list[str] = []
+        self.validators: list[int] = []
+        self.settled: dict[str, int] = {}
+        for i in range(USERS):
+            self.deposit(i, 500)
+
+    def teardown(self) -> None:
+        self.m.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def do(self, i: int, action: str, **params: object) -> dict | None:
+        try:
+            return self.m.execute(self.clients[i].request(action, **params), now=self.now)
+        except (MarketRefused, FormatError):
+            return None
+
+    def system(self, fn, *args, **kw) -> dict | None:
+        try:
+            return fn(*args, now=self.now, **kw)
+        except (MarketRefused, FormatError):
+            return None
+
+    def note_outcome(self, out: dict | None) -> None:
+        if out and "outcome" in out:
+            self.settled[out["order_id"]] = self.settled.get(out["order_id"], 0) + 1
+
+    @rule(i=who, amount=money)
+    def deposit(self, i: int, amount: int) -> None:
+        if self.do(i, "deposit", amount=amount):
+            self.net += amount
+
+    @rule(i=who, amount=money)
+    def withdraw(self, i: int, amount: int) -> None:
+        if self.do(i, "withdraw", amount=amount):
+            self.net -= amount
+
+    @rule(i=who, j=who, amount=money)
+    def transfer(self, i: int, j: int, amount: int) -> None:
+        self.do(i, "transfer", to=self.clients[j].account, amount=amount)
+
+    @rule(i=who, price=money, stake=st.integers(0, 50), span=st.integers(1, 200))
+    def order(self, i: int, price: int, stake: int, span: int) -> None:
+        out = self.do(i, "order", job_id=JOB.job_id.hex(), max_price=price, min_stake=stake,
+                      deadline=self.now + span)
+        if out:
+            self.orders.append(out["order_id"])
+
+    @rule(i=who, price=money, stake=st.integers(0, 50), cap=st.integers(1, 3))
+    def bid(self, i: int, price: int, stake: int, cap: int) -> None:
+        self.do(i, "bid", price=price, capacity=cap, stake=stake)
+
+    @rule(i=who, j=who, price=money, stake=st.integers(0, 50), span=st.integers(1, 200))
+    def order_bid_match(self, i: int, j: int, price: int, stake: int, span: int) -> None:
+        self.order(i, price, stake, span)
+        self.bid(j, price, stake, 1)
+        if self.orders:
+            self.do(i, "match", order_id=self.orders[-1])
+
+    @rule(i=who, j=who, price=money, forged=st.booleans(), bad=st.booleans())
+    def whole_job(self, i: int, j: int, price: int, forged: bool, bad: bool) -> None:
+        self.order_bid_match(i, j, price, 10, 300)
+        if self.orders:
+            self.deliver(len(self.orders) - 1, forged, bad)
+            self.attest_and_accept(len(self.orders) - 1)
+
+    @precondition(lambda self: self.orders)
+    @rule(i=who, n=st.integers(0, 100))
+    def match(self, i: int, n: int) -> None:
+        oid = self.orders[n % len(self.orders)]
+        self.do(i, "match", order_id=oid)  # usually NOT_OWNER: only the consumer may match
+        consumer = self.m.order(oid)["consumer"]
+        owner = next(c for c in range(USERS) if self.clients[c].account == consumer)
+        self.do(owner, "match", order_id=oid)
+
+    @precondition(lambda self: self.orders)
+    @rule(i=who, n=st.integers(0, 100))
+    def cancel(self, i: int, n: int) -> None:
+        self.note_outcome(self.do(i, "cancel_order", order_id=self.orders[n % len(self.orders)]))
+
+    @precondition(lambda self: self.orders)
+    @rule(n=st.integers(0, 100), forged=st.booleans(), bad=st.booleans())
+    def deliver(self, n: int, forged: bool, bad: bool) -> None:
+        oid = self.orders[n % len(self.orders)]
+        order = self.m.order(oid)
+        if order["state"] != "matched":
+            return
+        worker = next(c for c in range(USERS) if self.clients[c].account == order["worker"])
+        bundle = make_bundle(self.dir / f"b-{oid}", JOB.job_id, order["worker"], forged=forged,
+                             bad_intervals=[1] if bad else [])
+        if self.do(worker, "submit", order_id=oid, **bundle_commitment(bundle)):
+            self.note_outcome(self.system(self.m.verify_result, oid, bundle, JOB))
+
+    @precondition(lambda self: self.orders)
+    @rule(n=st.integers(0, 100))
+    def attest_and_accept(self, n: int) -> None:
+        oid = self.orders[n % len(self.orders)]
+        order = self.m.order(oid)
+        if order["state"] != "verified":
+            return
+        for v in range(2):
+            if v not in self.validators:
+                sk = 500 + v
+                if self.do(v, "register_validator", bls_pk=self.m.bls.sk_to_pk(sk).hex(),
+                           pop=self.m.bls.pop_prove(sk).hex()):
+                    self.validators.append(v)
+            msg = attestation_message(self.m.market_id, oid, bytes.fromhex(order["report_digest"]))
+            self.do(v, "attest", order_id=oid, report_digest=order["report_digest"],
+                    signature=self.m.bls.sign(500 + v, msg).hex())
+        self.system(self.m.accept, oid)
+
+    @precondition(lambda self: self.orders)
+    @rule(i=who, n=st.integers(0, 100), bond=money, interval=st.integers(0, 4))
+    def challenge(self, i: int, n: int, bond: int, interval: int) -> None:
+        out = self.do(i, "challenge", order_id=self.orders[n % len(self.orders)], bond=bond,
+                      interval=interval)
+        if out:
+            self.challenges.append(out["challenge_id"])
+
+    @precondition(lambda self: self.challenges)
+    @rule(n=st.integers(0, 100))
+    def resolve(self, n: int) -> None:
+        cid = self.challenges[n % len(self.challenges)]
+        oid = self.m.ledger.con.execute(
+            "SELECT order_id FROM challenges WHERE challenge_id = ?", (cid,)).fetchone()[0]
+        self.note_outcome(self.system(self.m.resolve_challenge, cid, self.dir / f"b-{oid}", JOB))
+
+    @precondition(lambda self: self.orders)
+    @rule(n=st.integers(0, 100))
+    def settle(self, n: int) -> None:
+        self.note_outcome(self.system(self.m.settle, self.orders[n % len(self.orders)]))
+
+    @rule(dt=st.integers(1, 120))
+    def advance(self, dt: int) -> None:
+        self.now += dt
+
+    @invariant()
+    def conserved_and_never_negative(self) -> None:
+        report = self.m.audit()
+        assert report.ok, report.problems
+        assert report.totals["held"] == self.net
+        low = self.m.ledger.con.execute(
+            "SELECT MIN(amount) FROM holdings WHERE holder != 'world'").fetchone()[0]
+        assert low is None or low >= 0
+        assert all(count == 1 for count in self.settled.values())
+        for oid in self.settled:
+            assert self.m.show(oid)["escrow"] == 0
+
+    @invariant()
+    def settled_orders_are_terminal(self) -> None:
+        states = dict(self.m.ledger.con.execute("SELECT order_id, state FROM orders"))
+        for oid in self.settled:
+            assert states[oid] in {"released", "expired", "timed_out", "rejected", "slashed",
+                                   "cancelled"}, (oid, states[oid], json.dumps(self.settled))
+
+
+MarketMachine.TestCase.settings = settings(
+    max_examples=25, stateful_step_count=30, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestMarketMachine = MarketMachine.TestCase
