@@ -108,6 +108,11 @@ class CompressedSGDStep:
             self._compress_one(name, g, out[name])
         return out
 
+    @property
+    def last_messages(self) -> dict[str, Compressed]:
+        """The messages of the last :meth:`step`, by name (buffers reused by the next step)."""
+        return dict(self._msg)
+
     def compress_grads_(self, named_parameters: Iterable[tuple[str, Any]]) -> None:
         """Replace each CPU float32 ``p.grad`` of a torch model by its decompression, in place.
 
