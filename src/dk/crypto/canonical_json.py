@@ -16,6 +16,14 @@ from dk.errors import FormatError
 MAX_DEPTH = 32
 
 
+def _check_text(s: str) -> None:
+    # A JSON "\ud800" escape parses to a lone surrogate, which has no UTF-8 encoding.
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FormatError("JSON strings must be valid Unicode (no lone surrogates)") from None
+
+
 def _check(value: Any, depth: int = 0) -> None:
     if depth > MAX_DEPTH:
         raise FormatError("JSON nested too deeply")
@@ -23,6 +31,7 @@ def _check(value: Any, depth: int = 0) -> None:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise FormatError("JSON object keys must be strings")
+            _check_text(k)
             _check(v, depth + 1)
     elif isinstance(value, list | tuple):
         for v in value:
@@ -30,7 +39,9 @@ def _check(value: Any, depth: int = 0) -> None:
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise FormatError("JSON numbers must be finite")
-    elif value is None or isinstance(value, bool | int | str):
+    elif isinstance(value, str):
+        _check_text(value)
+    elif value is None or isinstance(value, bool | int):
         return
     else:
         raise FormatError(f"cannot encode {type(value).__name__} in canonical JSON")

@@ -51,7 +51,7 @@ def _as_le(name: str, array: np.ndarray) -> np.ndarray:
 
 def tensor_header(name: str, array: np.ndarray) -> bytes:
     """Header bytes of one tensor in the canonical stream."""
-    raw = name.encode("utf-8")
+    raw = _name_bytes(name)
     if not 0 < len(raw) <= MAX_NAME_BYTES:
         raise FormatError(f"tensor name must be 1..{MAX_NAME_BYTES} UTF-8 bytes: {name!r}")
     return (
@@ -62,9 +62,16 @@ def tensor_header(name: str, array: np.ndarray) -> bytes:
     )
 
 
+def _name_bytes(name: str) -> bytes:
+    try:
+        return name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise FormatError(f"tensor name {name!r} is not valid Unicode") from None
+
+
 def sorted_names(tensors: Mapping[str, np.ndarray]) -> list[str]:
     """Names in canonical order (ascending UTF-8 bytes)."""
-    return sorted(tensors, key=lambda n: n.encode("utf-8"))
+    return sorted(tensors, key=_name_bytes)
 
 
 def _segments(tensors: Mapping[str, np.ndarray]) -> Iterator[memoryview]:
