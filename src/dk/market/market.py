@@ -113,6 +113,11 @@ class Market:
             self._bls = attest.PyEccBls()
         return self._bls
 
+    @property
+    def verifier(self) -> Callable[..., Any]:
+        """The ``verify_bundle``-compatible function this market runs."""
+        return self._verify
+
     def close(self) -> None:
         """Close the ledger."""
         self.ledger.close()
