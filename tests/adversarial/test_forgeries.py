@@ -90,3 +90,16 @@ def test_missing_bundle_and_garbage_never_raise(tmp_path: Path, honest: tuple[ob
     bad_job = tmp_path / "job.toml"
     bad_job.write_text("[model]\narch = 'transformer'\n")
     assert verify_bundle(tmp_path / "e", bad_job).codes == ["JOB_MALFORMED"]
+
+
+def test_replay_interval_primitive(honest: tuple[object, Path], tmp_path: Path) -> None:
+    """The market's dispute primitive: honest intervals replay, the forged one does not."""
+    from dk.verifier import replay_interval
+
+    job, bundle = honest
+    assert all(replay_interval(bundle, job, i) for i in range(4))
+    forge, _ = FORGERIES["skipped-interval"]
+    forged = forge(Forgery(bundle, tmp_path / "skip"), WORKER)
+    assert [replay_interval(forged, job, i) for i in range(4)] == [True, True, False, False]
+    assert not replay_interval(forged, job, 99)
+    assert not replay_interval(tmp_path / "nowhere", job, 0)

@@ -76,12 +76,34 @@ class WordReader:
                 return w % bound
 
 
-def permutation(key: bytes, n: int) -> np.ndarray:
-    """Fisher–Yates permutation of ``range(n)`` driven by the stream (SPEC §5.3)."""
+def _permutation_sequential(key: bytes, n: int) -> np.ndarray:
     r = WordReader(key)
     a = list(range(n))
     for i in range(n - 1, 0, -1):
         j = r.uniform_int(i + 1)
+        a[i], a[j] = a[j], a[i]
+    return np.asarray(a, dtype=np.int64)
+
+
+def permutation(key: bytes, n: int) -> np.ndarray:
+    """Fisher–Yates permutation of ``range(n)`` driven by the stream (SPEC §5.3).
+
+    Fast path: draw the ``n - 1`` words at once and reduce them with NumPy; if any word hits
+    a rejection (probability about ``n² / 2⁶⁴``), fall back to the word-by-word definition,
+    which consumes the stream differently from then on. Both paths give the SPEC's result.
+    """
+    if n <= 1:
+        return np.arange(n, dtype=np.int64)
+    if n >= 1 << 32:
+        return _permutation_sequential(key, n)
+    w = stream_words(key, n - 1)
+    bounds = np.arange(n, 1, -1, dtype=np.uint64)  # i + 1 for i = n-1 .. 1
+    limits = np.uint64(0) - (np.uint64(0) - bounds) % bounds  # 2^64 - (2^64 mod b), mod 2^64
+    if not np.all((w < limits) | (limits == 0)):
+        return _permutation_sequential(key, n)
+    js = (w % bounds).tolist()
+    a = list(range(n))
+    for i, j in zip(range(n - 1, 0, -1), js, strict=True):
         a[i], a[j] = a[j], a[i]
     return np.asarray(a, dtype=np.int64)
 

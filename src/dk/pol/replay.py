@@ -17,6 +17,35 @@ from dk.pol.job import JobSpec
 from dk.pol.sampler import job_sampler
 
 
+class Replayer:
+    """Replays intervals of one job; model, optimizer and loss are built once and reused.
+
+    Everything that shapes the computation comes from the job; a start checkpoint only
+    supplies weights and optimizer state, which :meth:`run` loads afresh each time.
+    """
+
+    def __init__(self, job: JobSpec, dataset: Dataset, *, threads: int | None = 1) -> None:
+        from dk.pol.models import build_torch_model
+        from dk.pol.torch_adapter import make_loss, make_optimizer
+
+        self.job, self.dataset, self.threads = job, dataset, threads
+        self.sampler = job_sampler(job, len(dataset))
+        self.model = build_torch_model(job.model)
+        self.optimizer = make_optimizer(job, self.model.parameters())
+        self.loss_fn = make_loss(job, dataset.output_dim)
+
+    def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
+        """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
+        from dk.pol.torch_adapter import batch_tensors, deterministic, restore, snapshot, train_step
+
+        with deterministic(self.threads):
+            restore(start, self.model, self.optimizer, self.job)
+            for t in range(start_step, end_step):
+                x, y = batch_tensors(self.dataset, self.sampler.batch(t))
+                train_step(self.model, self.optimizer, self.loss_fn, x, y)
+            return snapshot(self.model, self.optimizer, self.job, end_step, self.sampler.steps_per_epoch)
+
+
 def replay_interval(job: JobSpec, dataset: Dataset, start: Mapping[str, np.ndarray],
                     start_step: int, end_step: int, *, threads: int | None = 1) -> Tensors:
     """Replay steps ``start_step .. end_step - 1`` from ``start``; returns the end checkpoint.
@@ -30,27 +59,7 @@ def replay_interval(job: JobSpec, dataset: Dataset, start: Mapping[str, np.ndarr
         threads: torch intra-op threads (1 with deterministic algorithms for exact mode;
             ``None`` leaves torch's defaults, as in tolerant training).
     """
-    from dk.pol.models import build_torch_model
-    from dk.pol.torch_adapter import (
-        batch_tensors,
-        deterministic,
-        make_loss,
-        make_optimizer,
-        restore,
-        snapshot,
-        train_step,
-    )
-
-    sampler = job_sampler(job, len(dataset))
-    with deterministic(threads):
-        model = build_torch_model(job.model)
-        optimizer = make_optimizer(job, model.parameters())
-        restore(start, model, optimizer, job)
-        loss_fn = make_loss(job, dataset.output_dim)
-        for t in range(start_step, end_step):
-            x, y = batch_tensors(dataset, sampler.batch(t))
-            train_step(model, optimizer, loss_fn, x, y)
-        return snapshot(model, optimizer, job, end_step, sampler.steps_per_epoch)
+    return Replayer(job, dataset, threads=threads).run(start, start_step, end_step)
 
 
 def distances(start: Mapping[str, np.ndarray], claimed: Mapping[str, np.ndarray],
@@ -73,18 +82,23 @@ def distances(start: Mapping[str, np.ndarray], claimed: Mapping[str, np.ndarray]
     }
 
 
-def replay_matches(job: JobSpec, dataset: Dataset, start: Mapping[str, np.ndarray],
+def replay_matches(replayer: Replayer, start: Mapping[str, np.ndarray],
                    claimed: Mapping[str, np.ndarray] | None, claimed_root: bytes,
                    start_step: int, end_step: int) -> tuple[bool, dict[str, Any]]:
     """Replay an interval and judge it by the job's mode; returns (ok, figures)."""
     from dk.crypto.hashing import digests_equal
     from dk.pol.checkpoint import checkpoint_root
 
-    exact = job.mode in ("exact", "zk")
-    end = replay_interval(job, dataset, start, start_step, end_step, threads=1 if exact else None)
+    exact = replayer.job.mode in ("exact", "zk")
+    end = replayer.run(start, start_step, end_step)
     if exact:
         root = checkpoint_root(end)
         return digests_equal(root, claimed_root), {"replayed_root": root.hex()}
     assert claimed is not None
     d = distances(start, claimed, end)
-    return d["l2"] <= float(job.pol["tolerance"]), d
+    return d["l2"] <= float(replayer.job.pol["tolerance"]), d
+
+
+def make_replayer(job: JobSpec, dataset: Dataset) -> Replayer:
+    """A replayer with the thread policy of the job's mode (1 thread for exact/zk)."""
+    return Replayer(job, dataset, threads=1 if job.mode in ("exact", "zk") else None)

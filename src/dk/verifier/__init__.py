@@ -3,6 +3,7 @@
 from dk.verifier.report import Finding as Finding
 from dk.verifier.report import Reason as Reason
 from dk.verifier.report import Report as Report
+from dk.verifier.verify import replay_interval as replay_interval
 from dk.verifier.verify import verify_bundle as verify_bundle
 
-__all__ = ["Finding", "Reason", "Report", "verify_bundle"]
+__all__ = ["Finding", "Reason", "Report", "replay_interval", "verify_bundle"]
