@@ -38,42 +38,61 @@ def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:  # pragma: no c
     """``c[i, j] = sum_k a[i, k] * b[k, j]`` in the blocked order (SPEC exact §3).
 
     ``a`` may be any strided view (e.g. ``w.T``); ``b`` and ``c`` are C-contiguous. Each element
-    is ``((t_0 + t_1) + ...)`` over blocks, each block partial ``t_q`` a sequential sum of its
-    products from +0, all in float32; four products are folded per pass over a row of ``c`` in
-    exactly that sequential order.
+    is ``((+0 + t_0) + t_1) + ...`` over blocks of ``BLOCK`` consecutive ``k``, each block partial
+    ``t_q`` the sequential float32 sum of its products from +0. For speed, four rows of ``c``
+    share each pass over a pair of rows of ``b``, and the pair of products is folded in that same
+    sequential order, so every element sees exactly the specified operations.
     """
     m, kk = a.shape
     n = b.shape[1]
-    for i in prange(m):
-        tmp = np.empty(n, np.float32)
-        ci = c[i]
-        for j in range(n):
-            ci[j] = ZERO
+    for ib in prange((m + 3) // 4):
+        i = ib * 4
+        i1 = min(i + 1, m - 1)
+        i2 = min(i + 2, m - 1)
+        i3 = min(i + 3, m - 1)
+        t = np.empty((4, n), np.float32)
+        acc = np.zeros((4, n), np.float32)
+        t0 = t[0]
+        t1 = t[1]
+        t2 = t[2]
+        t3 = t[3]
         for k0 in range(0, kk, BLOCK):
             kend = min(k0 + BLOCK, kk)
-            for j in range(n):
-                tmp[j] = ZERO
+            t[:] = ZERO
             k = k0
-            while k + 4 <= kend:
+            while k + 2 <= kend:
                 a0 = a[i, k]
                 a1 = a[i, k + 1]
-                a2 = a[i, k + 2]
-                a3 = a[i, k + 3]
+                e0 = a[i1, k]
+                e1 = a[i1, k + 1]
+                f0 = a[i2, k]
+                f1 = a[i2, k + 1]
+                g0 = a[i3, k]
+                g1 = a[i3, k + 1]
                 b0 = b[k]
                 b1 = b[k + 1]
-                b2 = b[k + 2]
-                b3 = b[k + 3]
                 for j in range(n):
-                    tmp[j] = (((tmp[j] + a0 * b0[j]) + a1 * b1[j]) + a2 * b2[j]) + a3 * b3[j]
-                k += 4
-            while k < kend:
-                a0 = a[i, k]
+                    x0 = b0[j]
+                    x1 = b1[j]
+                    t0[j] = (t0[j] + a0 * x0) + a1 * x1
+                    t1[j] = (t1[j] + e0 * x0) + e1 * x1
+                    t2[j] = (t2[j] + f0 * x0) + f1 * x1
+                    t3[j] = (t3[j] + g0 * x0) + g1 * x1
+                k += 2
+            if k < kend:
                 b0 = b[k]
+                for r in range(4):
+                    ar = a[min(i + r, m - 1), k]
+                    tr = t[r]
+                    for j in range(n):
+                        tr[j] = tr[j] + ar * b0[j]
+            for r in range(4):
                 for j in range(n):
-                    tmp[j] = tmp[j] + a0 * b0[j]
-                k += 1
-            for j in range(n):
-                ci[j] = ci[j] + tmp[j]
+                    acc[r, j] = acc[r, j] + t[r, j]
+        for r in range(4):
+            if i + r < m:
+                for j in range(n):
+                    c[i + r, j] = acc[r, j]
 
 
 @njit(cache=True)
