@@ -99,7 +99,7 @@ def _hex_or_empty(section: dict[str, Any], key: str) -> str:
 def _merge(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[str, Any]:
     out = copy.deepcopy(defaults)
     for k, v in given.items():
-        if k not in defaults and not (where == "data" and k in ("path", "root", "input_shape")) \
+        if k not in defaults and not (where == "data" and k in ("path", "root")) \
                 and not (where == "model" and k in ("input_dim", "output_dim", "input_shape")) \
                 and not (where == "pol" and k == "init_root"):
             raise _fail(f"unknown key {where + '.' if where else ''}{k}")

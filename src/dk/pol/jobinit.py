@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dk.errors import FormatError
 from dk.pol.checkpoint import checkpoint_root, initial_checkpoint
 from dk.pol.data import load_dataset
 from dk.pol.job import JobSpec, normalize
@@ -61,5 +62,6 @@ def default_job(*, arch: str = "mlp", mode: str = "exact", steps: int = 300, int
 def _square(n: int) -> list[int]:
     s = int(round(n**0.5))
     if s * s != n:
-        raise ValueError(f"cannot infer a square image from {n} features; set model.input_shape")
+        raise FormatError(f"job: cannot infer a square image from {n} features; set model.input_shape",
+                          reason="JOB_MALFORMED")
     return [s, s]

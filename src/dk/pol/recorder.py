@@ -135,6 +135,10 @@ class Recorder:
             got = tuple(g[k]) if isinstance(g.get(k), list | tuple) else g.get(k)
             if got != v:
                 raise JobMismatch(f"optimizer {k}={got!r}, the job says {v!r}")
+        # Options that change the update rule (absent in older torch releases: default False).
+        for k in ("decoupled_weight_decay", "capturable", "differentiable"):
+            if g.get(k, False):
+                raise JobMismatch(f"optimizer {k}=True is not the job's update rule (the replay's)")
         if g.get("foreach") or g.get("fused"):
             raise JobMismatch("use foreach=False and fused=False (the replay's implementation)")
         if optimizer.state:

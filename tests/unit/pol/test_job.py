@@ -1,0 +1,209 @@
+"""Job specs (SPEC §6): defaults, validation, job_id coverage and the TOML round trip."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dk.errors import FormatError
+from dk.pol.job import JobSpec, load_job, normalize, parse_job
+
+HEX = "ab" * 32
+
+
+def _job(**sections: dict[str, Any]) -> JobSpec:
+    raw: dict[str, Any] = {"model": {"input_dim": 64, "output_dim": 10}}
+    for sec, values in sections.items():
+        raw.setdefault(sec, {}).update(values)
+    return JobSpec(normalize(raw))
+
+
+def test_defaults() -> None:
+    j = normalize({})
+    assert j["version"] == 1 and j["seed"] == 0
+    assert j["model"] == {"arch": "mlp", "hidden": [64], "activation": "relu"}
+    assert j["train"]["optimizer"] == "sgd" and j["train"]["lr"] == 0.05
+    assert j["train"]["steps"] == 300 and j["train"]["batch_size"] == 32
+    assert j["pol"] == {
+        "interval": 10,
+        "mode": "exact",
+        "tolerance": 0.0,
+        "worker": "",
+        "init_root": "",
+    }
+    assert j["data"] == {"dataset": "digits", "root": ""}
+
+
+def test_normalize_does_not_mutate_its_input() -> None:
+    raw = {"train": {"lr": 1, "betas": [0, 0.5]}, "model": {"hidden": [3]}}
+    before = copy.deepcopy(raw)
+    normalize(raw)
+    assert raw == before
+
+
+def test_numbers_are_normalised() -> None:
+    a = parse_job("[train]\nlr = 1\nbetas = [0, 0.5]\n[model]\ninput_dim = 4\noutput_dim = 2\n")
+    b = parse_job("[train]\nlr = 1.0\nbetas = [0.0, 0.5]\n[model]\ninput_dim = 4\noutput_dim = 2\n")
+    assert a.train["lr"] == 1.0 and isinstance(a.train["lr"], float)
+    assert a.train["betas"] == [0.0, 0.5]
+    assert a.job_id == b.job_id
+
+
+def test_non_mlp_hidden_is_dropped() -> None:
+    a = _job(model={"arch": "linear", "hidden": [5]})
+    b = _job(model={"arch": "linear"})
+    assert a.model["hidden"] == [] and a.job_id == b.job_id
+
+
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        ({"colour": "blue"}, "unknown key colour"),
+        ({"extra": {"a": 1}}, r"unknown table \[extra\]"),
+        ({"train": {"learning_rate": 0.1}}, "unknown key train.learning_rate"),
+        ({"model": {"layers": 3}}, "unknown key model.layers"),
+        ({"data": {"input_shape": [1, 8, 8]}}, "unknown key data.input_shape"),
+        ({"pol": {"k": 3}}, "unknown key pol.k"),
+        ({"train": "fast"}, "train"),
+        ({"version": 2}, "version"),
+        ({"name": 5}, "name"),
+        ({"seed": -1}, "seed"),
+        ({"seed": True}, "seed"),
+        ({"seed": 1.5}, "seed"),
+        ({"model": {"arch": "transformer"}}, "arch"),
+        ({"model": {"activation": "tanh"}}, "activation"),
+        ({"model": {"hidden": [0]}}, "hidden"),
+        ({"model": {"hidden": 64}}, "hidden"),
+        ({"model": {"hidden": [True]}}, "hidden"),
+        ({"model": {"hidden": [4] * 17}}, "hidden"),
+        ({"model": {"input_dim": 0}}, "input_dim"),
+        ({"model": {"output_dim": True}}, "output_dim"),
+        ({"model": {"input_shape": [1, 8]}}, "input_shape"),
+        ({"model": {"arch": "cnn", "input_shape": [1, 6, 8]}}, "divisible by 4"),
+        ({"data": {"dataset": "imagenet"}}, "dataset"),
+        ({"data": {"dataset": "npz"}}, "data.path"),
+        ({"data": {"root": "AB" * 32}}, "root"),
+        ({"data": {"root": "ab"}}, "root"),
+        ({"train": {"optimizer": "lbfgs"}}, "optimizer"),
+        ({"train": {"loss": "hinge"}}, "loss"),
+        ({"train": {"lr": -0.1}}, "lr"),
+        ({"train": {"lr": float("nan")}}, "lr"),
+        ({"train": {"lr": float("inf")}}, "lr"),
+        ({"train": {"lr": "0.1"}}, "lr"),
+        ({"train": {"momentum": 1.5}}, "momentum"),
+        ({"train": {"betas": [0.9]}}, "betas"),
+        ({"train": {"betas": [0.9, 1.0]}}, "betas"),
+        ({"train": {"steps": 0}}, "steps"),
+        ({"train": {"batch_size": 0}}, "batch_size"),
+        ({"train": {"compression": 3}}, "compression"),
+        ({"pol": {"interval": 0}}, "interval"),
+        ({"pol": {"mode": "trust"}}, "mode"),
+        ({"pol": {"mode": "tolerant"}}, "tolerance"),
+        ({"pol": {"tolerance": -1.0}}, "tolerance"),
+        ({"pol": {"worker": "xyz"}}, "worker"),
+        ({"pol": {"init_root": HEX[:-1]}}, "init_root"),
+        ([], "table"),
+    ],
+)
+def test_bad_values_are_one_line_format_errors(raw: Any, match: str) -> None:
+    with pytest.raises(FormatError, match=match) as ei:
+        normalize(raw)
+    assert ei.value.reason == "JOB_MALFORMED"
+    assert "\n" not in str(ei.value) and str(ei.value).startswith("job: ")
+
+
+@pytest.mark.parametrize(
+    "section, update",
+    [
+        ("top", {"seed": 1}),
+        ("top", {"name": "other"}),
+        ("model", {"hidden": [65]}),
+        ("model", {"hidden": [64, 64]}),
+        ("model", {"activation": "gelu"}),
+        ("model", {"arch": "linear"}),
+        ("model", {"input_dim": 65}),
+        ("model", {"output_dim": 11}),
+        ("data", {"root": HEX}),
+        ("train", {"optimizer": "adam"}),
+        ("train", {"lr": 0.05000000000000001}),
+        ("train", {"momentum": 0.0}),
+        ("train", {"weight_decay": 1e-4}),
+        ("train", {"betas": [0.9, 0.99]}),
+        ("train", {"eps": 1e-7}),
+        ("train", {"loss": "mse"}),
+        ("train", {"steps": 301}),
+        ("train", {"batch_size": 33}),
+        ("train", {"compression": "topk:0.01"}),
+        ("pol", {"interval": 11}),
+        ("pol", {"mode": "zk"}),
+        ("pol", {"mode": "tolerant", "tolerance": 0.01}),
+        ("pol", {"tolerance": 0.5}),
+        ("pol", {"worker": HEX}),
+        ("pol", {"init_root": HEX}),
+    ],
+)
+def test_job_id_covers_every_hyperparameter(section: str, update: dict[str, Any]) -> None:
+    base = _job()
+    changed = (
+        JobSpec(normalize({**base.spec, **update}))
+        if section == "top"
+        else base.with_updates(**{section: update})
+    )
+    assert changed.job_id != base.job_id
+
+
+def test_job_id_ignores_data_path(tmp_path: Path) -> None:
+    base = _job()
+    moved = base.with_updates(data={"path": "somewhere/else.npz"})
+    assert moved.spec["data"]["path"] == "somewhere/else.npz"
+    assert moved.job_id == base.job_id
+    assert "path" not in moved.hashed_form()["data"]
+    a = _job(data={"dataset": "npz", "path": "a.npz"})
+    b = _job(data={"dataset": "npz", "path": "/elsewhere/b.npz"})
+    assert a.job_id == b.job_id
+    assert JobSpec(a.spec, tmp_path).data_path() == tmp_path / "a.npz"
+
+
+def test_toml_round_trip(tmp_path: Path) -> None:
+    job = _job(
+        train={"optimizer": "adam", "lr": 1e-3, "betas": [0.5, 0.75], "weight_decay": 1e-8},
+        pol={"mode": "tolerant", "tolerance": 1.5e-6, "worker": HEX},
+        data={"dataset": "npz", "path": "d.npz", "root": HEX},
+        model={"hidden": [3, 4], "activation": "gelu"},
+    )
+    text = job.to_toml()
+    again = parse_job(text)
+    assert again.spec == job.spec and again.job_id == job.job_id
+    p = tmp_path / "job.toml"
+    p.write_text(text)
+    loaded = load_job(p)
+    assert loaded.job_id == job.job_id and loaded.base_dir == tmp_path
+
+
+def test_load_job_errors(tmp_path: Path) -> None:
+    with pytest.raises(FormatError, match="not found"):
+        load_job(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train\nlr = ")
+    with pytest.raises(FormatError, match="not valid TOML") as ei:
+        load_job(bad)
+    assert "\n" not in str(ei.value)
+    bad.write_bytes(b"name = '\xff'")
+    with pytest.raises(FormatError, match="UTF-8"):
+        load_job(bad)
+    bad.write_text("name = '" + "x" * 70_000 + "'")
+    with pytest.raises(FormatError, match="bytes"):
+        load_job(bad)
+
+
+def test_checkpoint_steps() -> None:
+    j = _job(train={"steps": 23}, pol={"interval": 5})
+    assert j.num_intervals == 5
+    assert j.checkpoint_steps() == [0, 5, 10, 15, 20, 23]
+    j = _job(train={"steps": 20}, pol={"interval": 5})
+    assert j.checkpoint_steps() == [0, 5, 10, 15, 20]
+    j = _job(train={"steps": 3}, pol={"interval": 10})
+    assert j.checkpoint_steps() == [0, 3]

@@ -1,0 +1,264 @@
+"""Recording a user's own loop (Recorder), its checks, and exact replay of the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from tests.helpers import WORKER, tiny_job
+
+from dk.errors import FormatError
+from dk.pol import Recorder, build_model, train_job
+from dk.pol.checkpoint import checkpoint_root, parse_blob
+from dk.pol.data import Dataset, load_dataset
+from dk.pol.models import build_torch_model
+from dk.pol.recorder import JobMismatch
+from dk.pol.replay import replay_interval
+from dk.pol.run import RunInfo, read_run
+from dk.prover import prove_run
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def job() -> Any:
+    return tiny_job()
+
+
+@pytest.fixture(scope="module")
+def reference(job: Any, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, RunInfo]:
+    run = tmp_path_factory.mktemp("ref") / "run"
+    return run, train_job(job, run)
+
+
+def _sgd(job: Any, model: torch.nn.Module, **over: Any) -> torch.optim.SGD:
+    t = job.train
+    kw = dict(lr=t["lr"], momentum=t["momentum"], weight_decay=t["weight_decay"])
+    kw.update(over)
+    return torch.optim.SGD(model.parameters(), **kw)
+
+
+def test_train_job_run_directory(job: Any, reference: tuple[Path, RunInfo]) -> None:
+    run, info = reference
+    assert info.complete and info.job_id == job.job_id.hex()
+    assert [c.step for c in info.checkpoints] == job.checkpoint_steps()
+    assert [(i.start_step, i.end_step) for i in info.intervals] == list(
+        zip(job.checkpoint_steps()[:-1], job.checkpoint_steps()[1:], strict=True)
+    )
+    assert all(i.update_norm > 0 for i in info.intervals)
+    assert read_run(run) == info
+    lines = [json.loads(x) for x in (run / "run.log.jsonl").read_text().splitlines()]
+    assert [x["checkpoint"]["root"] for x in lines] == [c.root for c in info.checkpoints]
+    assert (
+        checkpoint_root(
+            parse_blob((run / "blobs" / f"{info.checkpoints[0].root}.safetensors").read_bytes())
+        ).hex()
+        == (job.pol["init_root"])
+    )
+
+
+def test_user_loop_matches_train_job(
+    job: Any, reference: tuple[Path, RunInfo], tmp_path: Path
+) -> None:
+    _, ref = reference
+    with Recorder(job, tmp_path / "user") as rec:
+        model = build_model(job)
+        model, opt, loader = rec.attach(model=model, optimizer=_sgd(job, model))
+        assert len(loader) == job.steps
+        for x, y in loader:
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+    info = read_run(tmp_path / "user")
+    assert [c.root for c in info.checkpoints] == [c.root for c in ref.checkpoints]
+    assert [i.batch_commitment for i in info.intervals] == [
+        i.batch_commitment for i in ref.intervals
+    ]
+
+
+def test_replay_reproduces_every_committed_root(job: Any, reference: tuple[Path, RunInfo]) -> None:
+    run, info = reference
+    ds = load_dataset(job)
+    for iv in info.intervals:
+        start = parse_blob(
+            (run / f"blobs/{info.checkpoints[iv.index].root}.safetensors").read_bytes()
+        )
+        end = replay_interval(job, ds, start, iv.start_step, iv.end_step)
+        assert checkpoint_root(end).hex() == info.checkpoints[iv.index + 1].root
+
+
+def _attach(
+    job: Any, tmp: Path, *, model: Any = None, optimizer: Any = None, loader: Any = None
+) -> None:
+    rec = Recorder(job, tmp / "run")
+    model = model if model is not None else build_model(job)
+    optimizer = optimizer if optimizer is not None else _sgd(job, model)
+    rec.attach(model=model, optimizer=optimizer, loader=loader)
+    rec.finish()
+
+
+@pytest.mark.parametrize(
+    "case, match",
+    [
+        ("torch-init", "initial weight"),
+        ("other-shape", "parameters"),
+        ("adam", "torch.optim.SGD"),
+        ("lr", "lr="),
+        ("momentum", "momentum="),
+        ("weight-decay", "weight_decay="),
+        ("nesterov", "nesterov="),
+        ("maximize", "maximize="),
+        ("foreach", "foreach=False"),
+        ("two-groups", "one parameter group"),
+        ("param-order", "model order"),
+        ("stateful", "already has state"),
+        ("loader-batch", "batch_size 8"),
+        ("loader-dataset", "100 samples"),
+    ],
+)
+def test_attach_rejects_what_is_not_the_job(
+    case: str, match: str, job: Any, tmp_path: Path
+) -> None:
+    model = build_model(job)
+    kw: dict[str, Any] = {}
+    if case == "torch-init":
+        kw["model"] = build_torch_model(job.model)
+    elif case == "other-shape":
+        kw["model"] = build_torch_model({**job.model, "hidden": [9]})
+    elif case == "adam":
+        kw["optimizer"] = torch.optim.Adam(model.parameters(), lr=job.train["lr"])
+    elif case == "lr":
+        kw["optimizer"] = _sgd(job, model, lr=0.01)
+    elif case == "momentum":
+        kw["optimizer"] = _sgd(job, model, momentum=0.5)
+    elif case == "weight-decay":
+        kw["optimizer"] = _sgd(job, model, weight_decay=1e-4)
+    elif case == "nesterov":
+        kw["optimizer"] = _sgd(job, model, nesterov=True)
+    elif case == "maximize":
+        kw["optimizer"] = _sgd(job, model, maximize=True)
+    elif case == "foreach":
+        kw["optimizer"] = _sgd(job, model, foreach=True)
+    elif case == "two-groups":
+        ps = list(model.parameters())
+        kw["optimizer"] = torch.optim.SGD(
+            [{"params": ps[:2]}, {"params": ps[2:]}],
+            lr=job.train["lr"],
+            momentum=job.train["momentum"],
+        )
+    elif case == "param-order":
+        kw["optimizer"] = torch.optim.SGD(
+            list(model.parameters())[::-1], lr=job.train["lr"], momentum=job.train["momentum"]
+        )
+    elif case == "stateful":
+        opt = _sgd(job, model)
+        model(torch.zeros(2, 64)).sum().backward()
+        opt.step()
+        with torch.no_grad():  # put the initial weights back: only the optimizer state differs
+            for name, p in build_model(job).named_parameters():
+                model.get_parameter(name).copy_(p)
+        kw["optimizer"] = opt
+    elif case == "loader-batch":
+        ds = load_dataset(job)
+        kw["loader"] = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(torch.from_numpy(ds.X), torch.from_numpy(ds.y)),
+            batch_size=8,
+        )
+    elif case == "loader-dataset":
+        kw["loader"] = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(torch.zeros(100, 64)), batch_size=job.train["batch_size"]
+        )
+    kw.setdefault("model", model)
+    with pytest.raises(JobMismatch, match=match):
+        _attach(job, tmp_path, **kw)
+    assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_adam_decoupled_weight_decay_is_refused(tmp_path: Path) -> None:
+    job = tiny_job(optimizer="adam", train={"weight_decay": 0.01})
+    model = build_model(job)
+    t = job.train
+    ok = dict(lr=t["lr"], betas=tuple(t["betas"]), eps=t["eps"], weight_decay=t["weight_decay"])
+    with pytest.raises(JobMismatch, match="decoupled_weight_decay"):
+        _attach(
+            job,
+            tmp_path,
+            model=model,
+            optimizer=torch.optim.Adam(model.parameters(), **ok, decoupled_weight_decay=True),
+        )
+    with pytest.raises(JobMismatch, match="amsgrad"):
+        _attach(
+            job,
+            tmp_path,
+            model=model,
+            optimizer=torch.optim.Adam(model.parameters(), **ok, amsgrad=True),
+        )
+
+
+def _loop(
+    job: Any,
+    run: Path,
+    extra_steps: int = 0,
+    stop_after: int | None = None,
+    double_step_at: int | None = None,
+) -> None:
+    with Recorder(job, run) as rec:
+        model = build_model(job)
+        model, opt, loader = rec.attach(model=model, optimizer=_sgd(job, model))
+        for t, (x, y) in enumerate(loader):
+            if stop_after is not None and t == stop_after:
+                break
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            if t == double_step_at:
+                opt.step()
+        for _ in range(extra_steps):
+            opt.step()
+
+
+def test_two_steps_per_batch_are_refused(job: Any, tmp_path: Path) -> None:
+    with pytest.raises(JobMismatch, match="exactly once per batch"):
+        _loop(job, tmp_path / "run", double_step_at=3)
+    assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_extra_and_missing_steps_are_refused(job: Any, tmp_path: Path) -> None:
+    with pytest.raises(JobMismatch, match="more optimizer steps"):
+        _loop(job, tmp_path / "a", extra_steps=1)
+    with pytest.raises(JobMismatch, match="stopped at step 7"):
+        _loop(job, tmp_path / "b", stop_after=7)
+    with pytest.raises(FormatError, match="incomplete"):
+        read_run(tmp_path / "b")
+    with pytest.raises(FormatError, match="not a run directory"):
+        read_run(tmp_path / "nothing")
+
+
+def test_data_that_is_not_the_jobs_is_refused(job: Any, tmp_path: Path) -> None:
+    ds = load_dataset(job)
+    other = Dataset(ds.X.copy(), ds.y.copy())
+    other.X[0, 0] += 1.0
+    with pytest.raises(FormatError, match="data.root") as ei:
+        Recorder(job, tmp_path / "run", dataset=other)
+    assert ei.value.reason == "DATA_MISMATCH"
+
+
+def test_prove_run_checks_the_job_and_refuses_overwrite(
+    job: Any, reference: tuple[Path, RunInfo], tmp_path: Path
+) -> None:
+    run, _ = reference
+    with pytest.raises(FormatError, match="different job"):
+        prove_run(run, tiny_job(seed=5), WORKER, tmp_path / "b1")
+    bundle = prove_run(run, job, WORKER, tmp_path / "b2")
+    assert (bundle / "manifest.json").is_file() and (bundle / "signature.hex").is_file()
+    assert len(list((bundle / "blobs").iterdir())) == len(job.checkpoint_steps())
+    with pytest.raises(FileExistsError):
+        prove_run(run, job, WORKER, tmp_path / "b2")
+    np.testing.assert_equal(
+        len(json.loads((bundle / "manifest.json").read_text())["checkpoints"]), 5
+    )
