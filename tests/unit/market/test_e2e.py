@@ -191,3 +191,13 @@ def test_challenge_of_honest_result_fails_by_real_replay(
     assert m.balance(clients["worker"].account) == 1000 + 90 + 25
     assert m.audit(check_bls=False).ok
     m.close()
+
+
+def test_demo_runs_one_job(job_and_bundles: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    from dk.market.demo import run_demo
+
+    job_path, honest, _ = job_and_bundles
+    lines: list[str] = []
+    assert run_demo(honest, job_path, tmp_path, lines.append, worker_key=SigningKey(WORKER_SEED))
+    assert any("released" in line for line in lines) and "audit clean" in lines[-1]
+    assert not run_demo(honest, job_path, tmp_path / "nokey", lines.append)  # no worker key
