@@ -165,7 +165,7 @@ def bench_kernels(
     if torch:
         from dk.compress.torch_ref import baselines as make
 
-        baselines = make(x, k, block, 16)
+        baselines = make(x, k, block, 16)  # sets torch to one thread
     gb = 4 * n / 1e9
     rows = []
     for name, make_call in calls.items():

@@ -24,6 +24,7 @@ def baselines(x: np.ndarray, k: int, block: int, levels: int) -> dict[str, Calla
     Returns:
         kernel name -> callable.
     """
+    torch.set_num_threads(1)  # the benchmark compares single-threaded kernels
     t = torch.from_numpy(x)
     blocks = t.view(-1, block)
     gen = torch.Generator().manual_seed(0)
