@@ -1,0 +1,77 @@
+"""Re-check the bundle vectors (``vectors/bundle/cases.json``) with :func:`verify_bundle`.
+
+Each case names a bundle directory under ``vectors/bundle/``, the job file to verify it
+against, the beacon, the number of uniform samples and extra ``verify_bundle`` keyword
+arguments (such as ``worker``), and the expected verdict and first reason code. The bundle is
+copied to a temporary directory first, and the case's recipes are applied to the copy:
+
+* ``pad_manifest_to``: append spaces to ``manifest.json`` up to that many bytes;
+* ``symlink``: ``{"link", "target"}``, create ``link`` as a symbolic link to ``target``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from dk.vectors import CaseResult, load_cases
+
+_VERIFY_ARGS = frozenset({"worker", "topq", "skipped_fraction", "detect"})
+
+
+def _apply_recipes(bundle: Path, case: dict[str, Any]) -> None:
+    size = case.get("pad_manifest_to")
+    if size is not None:
+        p = bundle / "manifest.json"
+        data = p.read_bytes()
+        p.write_bytes(data + b" " * max(0, int(size) - len(data)))
+    link = case.get("symlink")
+    if link is not None:
+        path = bundle / link["link"]
+        if path.parent.resolve() != (bundle / "blobs").resolve():
+            raise ValueError("symlink recipes may only create links inside blobs/")
+        os.symlink(link["target"], path)
+
+
+def run_case(root: Path, case: dict[str, Any]) -> str:
+    """Verify one bundle case; returns ``''`` when the outcome is the expected one."""
+    from dk.verifier import verify_bundle
+
+    base = root / "bundle"
+    extra = dict(case.get("verify", {}))
+    if not set(extra) <= _VERIFY_ARGS:
+        return f"unsupported verify arguments {sorted(set(extra) - _VERIFY_ARGS)}"
+    with tempfile.TemporaryDirectory() as tmp:
+        bundle = Path(tmp) / "bundle"
+        src = base / case["dir"]
+        if src.is_dir():
+            shutil.copytree(src, bundle)
+            _apply_recipes(bundle, case)
+        report = verify_bundle(
+            bundle,
+            base / case["job"],
+            beacon=bytes.fromhex(case["beacon"]),
+            samples=int(case["samples"]),
+            **extra,
+        )
+    want_ok = case["result"] == "valid"
+    if report.ok != want_ok:
+        return f"verdict {report.verdict}, codes {report.codes}"
+    if not want_ok and report.codes[0] != case["expected_reason"]:
+        return f"first reason {report.codes[0]}, expected {case['expected_reason']}"
+    return ""
+
+
+def check(root: Path) -> list[CaseResult]:
+    """Verify every case of ``root/bundle/cases.json``."""
+    results: list[CaseResult] = []
+    for c in load_cases(root / "bundle" / "cases.json")["cases"]:
+        try:
+            msg = run_case(root, c)
+        except Exception as e:  # a broken case is a failed case, never a crash
+            msg = f"{type(e).__name__}: {e}"
+        results.append(CaseResult("bundle", "cases.json", int(c["tcId"]), not msg, msg))
+    return results

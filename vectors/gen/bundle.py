@@ -1,0 +1,191 @@
+"""Generator of the bundle vectors (SPEC §11-§12): ``vectors/bundle/``.
+
+One tiny honest bundle (digits, MLP 64-8-10, 20 steps, k = 5, worker seed ``bytes(range(32))``)
+and one invalid bundle per forgery class of ``vectors/gen/forge.py``, each in its own
+directory, plus ``cases.json`` listing how to verify each one and the expected verdict and
+first reason code. Cases that would need a large or unusual file are stored as recipes the
+checker applies to a temporary copy: ``pad_manifest_to`` (trailing spaces up to that size)
+and ``symlink`` (replace a blob by a symbolic link to a renamed copy).
+
+Training is single-threaded and deterministic (exact mode), so a rerun on the same platform
+reproduces every byte; blobs are written as real files (runs hardlink them).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dk.crypto.keys import SigningKey
+from dk.pol.jobinit import default_job
+from dk.pol.transcript import MAX_MANIFEST_BYTES
+from dk.vectors import write_cases
+from dk.vectors.bundle import run_case
+from vectors.gen import forge
+from vectors.gen.forge import FORGERIES, STOLEN, Forgery
+
+WORKER = SigningKey(bytes(range(32)))
+BEACON = bytes(32).hex()
+ALL = 1000  # samples: every interval is replayed, so verdicts do not depend on the draw
+
+
+def tiny_job(**kw: Any) -> Any:
+    """The tiny job of the vectors (same as ``tests/helpers.tiny_job``)."""
+    args: dict[str, Any] = dict(hidden=[8], steps=20, interval=5, batch_size=16)
+    args.update(kw)
+    return default_job(**args)
+
+
+@contextmanager
+def _blobs_in_name_order() -> Iterator[None]:
+    """Make the forger read checkpoint tensors in name order while generating.
+
+    ``safetensors`` returns a blob's tensors in an order that changes from process to process;
+    the forgers sum update norms and draw random weights in that order, so without this the
+    forged manifests would differ in their last bits between runs.
+    """
+    original = forge.parse_blob
+
+    def ordered(data: bytes) -> dict[str, Any]:
+        return dict(sorted(original(data).items()))
+
+    forge.parse_blob = ordered
+    try:
+        yield
+    finally:
+        forge.parse_blob = original
+
+
+def _copy_real(src: Path, dst: Path) -> None:
+    """Copy a bundle with every blob as a real file (symbolic links are dropped)."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    shutil.copytree(src, dst, symlinks=True)
+    for p in sorted(dst.rglob("*")):
+        if p.is_symlink():
+            p.unlink()
+
+
+def _case(
+    comment: str,
+    directory: str,
+    result: str,
+    reason: str | None = None,
+    job: str = "job.toml",
+    **extra: Any,
+) -> dict[str, Any]:
+    c: dict[str, Any] = {
+        "comment": comment,
+        "dir": directory,
+        "job": job,
+        "beacon": BEACON,
+        "samples": ALL,
+        "verify": extra.pop("verify", {}),
+        "result": result,
+    }
+    if reason:
+        c["expected_reason"] = reason
+    c.update(extra)
+    return c
+
+
+def generate(root: Path) -> None:
+    """Train and prove the honest bundle, forge the invalid ones, write ``root/bundle/``."""
+    from dk.pol import train_job
+    from dk.prover import prove_run
+
+    out = root / "bundle"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    job = tiny_job()
+    (out / "job.toml").write_text(job.to_toml(), encoding="utf-8")
+    (out / "job-seed1.toml").write_text(tiny_job(seed=1).to_toml(), encoding="utf-8")
+    named = job.with_updates(pol={"worker": WORKER.verify_key.hex()})
+    (out / "job-named-worker.toml").write_text(named.to_toml(), encoding="utf-8")
+    cases: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp_s, _blobs_in_name_order():
+        tmp = Path(tmp_s)
+        train_job(job, tmp / "run")
+        honest = prove_run(tmp / "run", job, WORKER, tmp / "honest")
+        _copy_real(honest, out / "honest")
+        cases.append(_case("honest tiny bundle", "honest", "valid"))
+        cases.append(
+            _case(
+                "honest bundle, verifier names its worker",
+                "honest",
+                "valid",
+                verify={"worker": WORKER.verify_key.hex()},
+            )
+        )
+        for name in sorted(FORGERIES):
+            forger, reason = FORGERIES[name]
+            forged = forger(Forgery(honest, tmp / name), WORKER)
+            extra: dict[str, Any] = {}
+            if name == "symlinked-blob":
+                link = next(p for p in sorted(forged.rglob("*")) if p.is_symlink())
+                extra["symlink"] = {
+                    "link": link.relative_to(forged).as_posix(),
+                    "target": link.readlink().as_posix(),
+                }
+            _copy_real(forged, out / name)
+            cases.append(_case(f"forgery: {name}", name, "invalid", reason, **extra))
+        label, steal, reason = STOLEN
+        stolen = steal(Forgery(honest, tmp / label), WORKER)
+        _copy_real(stolen, out / label)
+        cases.append(
+            _case(
+                "transcript re-signed by a thief, verifier names the worker",
+                label,
+                "invalid",
+                reason,
+                verify={"worker": WORKER.verify_key.hex()},
+            )
+        )
+        cases.append(
+            _case(
+                "transcript re-signed by a thief, job names the worker (so its job_id differs)",
+                label,
+                "invalid",
+                "JOB_MISMATCH",
+                job="job-named-worker.toml",
+            )
+        )
+        cases.append(
+            _case("transcript re-signed by a thief, nobody names the worker", label, "valid")
+        )
+    cases.append(
+        _case(
+            "manifest of 4 MiB + 1 byte (recipe)",
+            "honest",
+            "invalid",
+            "MANIFEST_TOO_LARGE",
+            pad_manifest_to=MAX_MANIFEST_BYTES + 1,
+        )
+    )
+    cases.append(
+        _case(
+            "honest bundle against a different job",
+            "honest",
+            "invalid",
+            "JOB_MISMATCH",
+            job="job-seed1.toml",
+        )
+    )
+    cases.append(_case("bundle directory missing", "absent", "invalid", "BUNDLE_NOT_FOUND"))
+    for i, c in enumerate(cases, 1):
+        c["tcId"] = i
+    for c in cases:  # refuse to write a case the library does not reproduce
+        msg = run_case(root, c)
+        assert not msg, (c["comment"], msg)
+    write_cases(
+        out / "cases.json",
+        "bundle",
+        cases,
+        worker_key=WORKER.verify_key.hex(),
+        worker_seed=bytes(range(32)).hex(),
+    )
