@@ -205,10 +205,13 @@ class Ledger:
             }
             if self.hook is not None:
                 self.hook(kind)  # test seam: a crash here must leave no trace
-            digest = event_hash(head, body)
+            raw = canonical_json(body)
+            if len(raw) > MAX_EVENT_BODY:
+                raise MarketRefused("LIMIT", f"event body is over {MAX_EVENT_BODY} bytes")
+            digest = tagged_hash(TAG_EVENT, head, raw)
             self.con.execute(
                 "INSERT INTO events(seq, kind, prev_hash, hash, body) VALUES(?, ?, ?, ?, ?)",
-                (tx.seq, kind, head, digest, canonical_json(body)),
+                (tx.seq, kind, head, digest, raw),
             )
             self.con.execute("COMMIT")
         except BaseException:

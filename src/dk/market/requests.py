@@ -128,8 +128,6 @@ def parse_request(data: bytes | dict[str, Any], *, market_id: bytes) -> SignedRe
         env = parse_json(bytes(data), limit=MAX_REQUEST, what="market request")
     else:
         env = data
-        if len(canonical_json(env)) > MAX_REQUEST:
-            raise FormatError("market request is too large", reason="MALFORMED_REQUEST")
 
     def bad(msg: str, reason: str = "MALFORMED_REQUEST") -> FormatError:
         return FormatError(f"market request: {msg}", reason=reason)
@@ -163,7 +161,10 @@ def parse_request(data: bytes | dict[str, Any], *, market_id: bytes) -> SignedRe
         sig = bytes.fromhex(sig_hex)
     except ValueError:
         raise bad("signature is not hex", "BAD_SIGNATURE") from None
-    digest = request_digest(body)
+    body_bytes = canonical_json(body)
+    if len(body_bytes) > MAX_REQUEST:
+        raise bad(f"body is over {MAX_REQUEST} bytes")
+    digest = tagged_hash(TAG_REQUEST, body_bytes)
     if not account.verify(sig, digest):
         raise bad("signature does not verify for the account", "BAD_SIGNATURE")
     return SignedRequest(
