@@ -7,11 +7,10 @@ tiny cases on both devices.
 from __future__ import annotations
 
 import numpy as np
+from _exact_cases import TINY, digest, run  # type: ignore[import-not-found]
 
 from dk.pol.exact._cpu import CpuBackend
 from dk.pol.exact._cuda import CudaBackend
-
-from _exact_cases import TINY, digest, run  # type: ignore[import-not-found]
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -31,7 +30,8 @@ def main() -> None:
         dev_in = [gpu.asarray(a) for a in inputs]
         dev_out = [gpu.empty(o.shape, o.dtype) for o in outputs]
         getattr(gpu, op)(*dev_in, *dev_out, *extra)
-        same = all(np.array_equal(_bits(h), _bits(d.copy_to_host())) for h, d in zip(host, dev_out))
+        pairs = zip(host, dev_out, strict=True)
+        same = all(np.array_equal(_bits(h), _bits(d.copy_to_host())) for h, d in pairs)
         print(name, "OK" if same else "MISMATCH", flush=True)
 
     z, dh = f(40), f(40)
@@ -53,7 +53,9 @@ def main() -> None:
     check("softmax_ce", "softmax_ce", [zt, y], [np.empty_like(zt), np.empty(3, np.float32)])
     check("mse", "mse", [zt, f(3, 4)], [np.empty_like(zt), np.empty(3, np.float32)])
     x4 = f(2, 2, 4, 4)
-    check("im2col", "im2col", [x4], [np.empty((18, 32), np.float32), np.empty((32, 18), np.float32)])
+    check(
+        "im2col", "im2col", [x4], [np.empty((18, 32), np.float32), np.empty((32, 18), np.float32)]
+    )
     check("col2im", "col2im", [f(18, 32)], [np.empty((2, 2, 4, 4), np.float32)])
     check("maxpool_fwd", "maxpool_fwd", [x4], [np.empty((2, 2, 2, 2), np.float32),
                                               np.empty((2, 2, 2, 2), np.int32)])  # fmt: skip
@@ -76,7 +78,7 @@ def main() -> None:
         cpu.adam(p, g, m, v, hyper, flags)
         gpu.adam(*dev, gpu.asarray(hyper), flags)
         ok = all(np.array_equal(_bits(h), _bits(d.copy_to_host()))
-                 for h, d in zip((p, m, v), (dev[0], dev[2], dev[3])))  # fmt: skip
+                 for h, d in zip((p, m, v), (dev[0], dev[2], dev[3]), strict=True))  # fmt: skip
         print(f"adam{flags}", "OK" if ok else "MISMATCH")
     for name, case in TINY.items():
         a = digest(run(case, 2, 3, seed=11, device="cpu"))

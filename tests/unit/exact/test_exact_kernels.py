@@ -55,7 +55,9 @@ def test_matmul_matches_reference_and_order(rng, m, k, n, trans) -> None:  # typ
     ref.matmul(a, b, want)
     scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
     assert np.all(np.abs(c - want) <= _gamma(k) * scale)
-    assert np.array_equal(c.view(np.uint32), emulate_matmul(np.ascontiguousarray(a), b).view(np.uint32))
+    assert np.array_equal(
+        c.view(np.uint32), emulate_matmul(np.ascontiguousarray(a), b).view(np.uint32)
+    )
 
 
 def test_rowsum_sum_and_bias(rng) -> None:  # type: ignore[no-untyped-def]

@@ -284,7 +284,9 @@ class CudaBackend:
 
     def __init__(self) -> None:
         if not (SIM or cuda.is_available()):
-            raise BackendUnavailable("exact mode on cuda needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1)")
+            raise BackendUnavailable(
+                "exact mode on cuda needs a CUDA GPU (or NUMBA_ENABLE_CUDASIM=1)"
+            )
 
     def asarray(self, a: np.ndarray) -> Any:
         """Copy a host array to the device."""

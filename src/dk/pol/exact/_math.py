@@ -156,17 +156,35 @@ def erf32(x: Any) -> Any:
     a = abs(x)
     if a < ONE:
         s = mul(a, a)
-        q = mul(mul(mul(mul(mul(mul(EA6, s) + EA5, s) + EA4, s) + EA3, s) + EA2, s) + EA1, s)
+        q = EA6
+        q = mul(q, s) + EA5
+        q = mul(q, s) + EA4
+        q = mul(q, s) + EA3
+        q = mul(q, s) + EA2
+        q = mul(q, s) + EA1
+        q = mul(q, s)
         r = mul(a, q + EA0)
     elif a < FOUR:
         if a < TWO:
             t = a - EB_C
-            q = mul(mul(mul(mul(mul(mul(mul(mul(EB8, t) + EB7, t) + EB6, t) + EB5, t) + EB4, t)
-                                 + EB3, t) + EB2, t) + EB1, t) + EB0
+            q = mul(EB8, t) + EB7
+            q = mul(q, t) + EB6
+            q = mul(q, t) + EB5
+            q = mul(q, t) + EB4
+            q = mul(q, t) + EB3
+            q = mul(q, t) + EB2
+            q = mul(q, t) + EB1
+            q = mul(q, t) + EB0
         else:
             t = a - EC_C
-            q = mul(mul(mul(mul(mul(mul(mul(mul(EC8, t) + EC7, t) + EC6, t) + EC5, t) + EC4, t)
-                                 + EC3, t) + EC2, t) + EC1, t) + EC0
+            q = mul(EC8, t) + EC7
+            q = mul(q, t) + EC6
+            q = mul(q, t) + EC5
+            q = mul(q, t) + EC4
+            q = mul(q, t) + EC3
+            q = mul(q, t) + EC2
+            q = mul(q, t) + EC1
+            q = mul(q, t) + EC0
         r = ONE - mul(exp32(-mul(a, a)), q)
     else:
         r = ONE
@@ -200,9 +218,7 @@ def sgd32(p: Any, g: Any, buf: Any, lr: Any, momentum: Any, wd: Any, flags: int)
     return p - mul(lr, b), b
 
 
-def adam32(
-    p: Any, g: Any, m: Any, v: Any, hyper: Any, flags: int
-) -> Any:
+def adam32(p: Any, g: Any, m: Any, v: Any, hyper: Any, flags: int) -> Any:
     """One Adam update of one element; returns (new p, new exp_avg, new exp_avg_sq).
 
     ``hyper`` holds float32 (lr, beta1, 1 - beta1, beta2, 1 - beta2, eps, wd, bc1, bc2), where

@@ -103,7 +103,9 @@ class Optimizer:
             dtype=np.float32,
         )  # fmt: skip
         if hyper[7] == 0 or hyper[8] == 0:
-            raise FormatError("exact mode: Adam bias correction rounds to zero (beta too close to 1)")
+            raise FormatError(
+                "exact mode: Adam bias correction rounds to zero (beta too close to 1)"
+            )
         m, v = be.asarray(state[keys[0]]), be.asarray(state[keys[1]])
         be.adam(p, g, m, v, be.asarray(hyper), wd_flag)
         be.to_host(m, state[keys[0]])

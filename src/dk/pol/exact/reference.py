@@ -143,7 +143,9 @@ def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     hh, ww = x.shape[2:]
     xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
     win = np.stack([xp[:, :, ky : ky + hh, kx : kx + ww] for ky in range(3) for kx in range(3)], 2)
-    return np.einsum("bckhw,ock->bohw", win, w.reshape(w.shape[0], w.shape[1], 9)) + b[:, None, None]
+    return (
+        np.einsum("bckhw,ock->bohw", win, w.reshape(w.shape[0], w.shape[1], 9)) + b[:, None, None]
+    )
 
 
 def _conv_back(x: np.ndarray, w: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -211,7 +213,9 @@ def _grads(model: dict[str, Any], p: dict[str, np.ndarray], x: np.ndarray, y: np
         for i in (1, 0):
             hin, z, mask = saved[i]
             dzc = np.where(z > 0, _unpool(dh, mask), 0.0)
-            dh, g[f"conv{i}.weight"], g[f"conv{i}.bias"] = _conv_back(hin, p[f"conv{i}.weight"], dzc)
+            dh, g[f"conv{i}.weight"], g[f"conv{i}.bias"] = _conv_back(
+                hin, p[f"conv{i}.weight"], dzc
+            )
         return value, g
     depth = len(p) // 2
     gelu = model.get("activation", "relu") == "gelu"
