@@ -103,3 +103,21 @@ def test_replay_interval_primitive(honest: tuple[object, Path], tmp_path: Path) 
     assert [replay_interval(forged, job, i) for i in range(4)] == [True, True, False, False]
     assert not replay_interval(forged, job, 99)
     assert not replay_interval(tmp_path / "nowhere", job, 0)
+
+
+def test_challenged_integrity_checks_only_what_it_replays(honest: tuple[object, Path], tmp_path: Path) -> None:
+    """integrity='challenged' fetches only challenged checkpoints: a tampered blob outside the
+    challenge goes unnoticed there but not with the default integrity='all'."""
+    job, bundle = honest
+    f = Forgery(bundle, tmp_path / "t")
+    blob = f.dir / f.m["checkpoints"][4]["blob"]  # the final checkpoint
+    data = bytearray(blob.read_bytes())
+    data[-3] ^= 1
+    blob.write_bytes(bytes(data))
+    # interval 0 alone needs checkpoints 0 and 1
+    lazy = verify_bundle(f.dir, job, beacon=BEACON, samples=0, topq=0, integrity="challenged")
+    assert lazy.figures["checkpoints_checked"] <= 2 and lazy.challenged == []
+    full = verify_bundle(f.dir, job, beacon=BEACON, samples=0, topq=0)
+    assert full.codes == ["COMMITMENT_MISMATCH"]
+    touched = verify_bundle(f.dir, job, beacon=BEACON, samples=1000, integrity="challenged")
+    assert touched.codes == ["COMMITMENT_MISMATCH"]

@@ -183,15 +183,18 @@ def prove(app: App, run: str, job_file: str, key: str, out: str, respond: str | 
 @click.option("--skipped", type=click.FloatRange(0, 1), default=0.1, show_default=True, help="Skipped fraction to detect.")
 @click.option("--workers", type=click.IntRange(1), default=1, show_default=True, help="Local replay processes.")
 @click.option("--worker", default=None, help="Require this worker public key (hex).")
+@click.option("--integrity", type=click.Choice(["all", "challenged"]), default="all", show_default=True,
+              help="Check every checkpoint blob, or only those the challenge needs.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
 def verify(app: App, bundle: str, job_file: str, beacon: bytes | None, samples: int | None, topq: int,
-           detect: float, skipped: float, workers: int, worker: str | None, as_json: bool) -> None:
+           detect: float, skipped: float, workers: int, worker: str | None, integrity: str,
+           as_json: bool) -> None:
     """Verify BUNDLE against the job. Exit 0 accept, 1 reject, 3 malformed input."""
     from dk.verifier import verify_bundle
 
     report = verify_bundle(bundle, job_file, beacon=beacon, samples=samples, topq=topq, workers=workers,
-                           skipped_fraction=skipped, detect=detect, worker=worker)
+                           skipped_fraction=skipped, detect=detect, worker=worker, integrity=integrity)
     d = report.to_dict()
     if as_json:
         app.emit_json(d)

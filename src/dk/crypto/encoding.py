@@ -15,6 +15,7 @@ from its memory.
 from __future__ import annotations
 
 import struct
+import sys
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
@@ -37,14 +38,24 @@ DTYPE_CODES: dict[str, int] = {
     "int32": 5,
 }
 CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+# (kind, itemsize) -> code: the same table, looked up without numpy's slow ``dtype.name``.
+_KIND_CODES = {(np.dtype(k).kind, np.dtype(k).itemsize): v for k, v in DTYPE_CODES.items()}
+_NATIVE_LE = sys.byteorder == "little"
+
+
+def dtype_code(dt: np.dtype) -> int | None:
+    """SPEC §4.1 code of a dtype, or None if it is not encodable."""
+    return _KIND_CODES.get((dt.kind, dt.itemsize))
 
 
 def _as_le(name: str, array: np.ndarray) -> np.ndarray:
     dt = array.dtype
-    if dt.name not in DTYPE_CODES:
+    if dtype_code(dt) is None:
         raise FormatError(f"tensor {name!r}: dtype {dt} is not encodable (SPEC §4.1)")
     if array.ndim > MAX_NDIM:
         raise FormatError(f"tensor {name!r}: {array.ndim} dimensions, at most {MAX_NDIM}")
+    if array.flags.c_contiguous and (dt.byteorder in "<|" or (dt.byteorder == "=" and _NATIVE_LE)):
+        return array
     # np.ascontiguousarray would turn a 0-d array into shape (1,): keep the shape.
     return np.ascontiguousarray(array, dtype=dt.newbyteorder("<")).reshape(array.shape)
 
@@ -57,7 +68,7 @@ def tensor_header(name: str, array: np.ndarray) -> bytes:
     return (
         struct.pack("<I", len(raw))
         + raw
-        + bytes([DTYPE_CODES[array.dtype.name], array.ndim])
+        + bytes([dtype_code(array.dtype), array.ndim])
         + b"".join(struct.pack("<Q", d) for d in array.shape)
     )
 

@@ -169,6 +169,9 @@ def read_blob_file(path: Path, *, limit: int = MAX_BLOB_BYTES) -> bytes:
     return data
 
 
+_DTYPES = {n: np.dtype(n) for n in ("float32", "float64", "int64")}
+
+
 def check_schema(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> None:
     """Raise ``FormatError`` unless ``ck`` has exactly the expected names, dtypes, shapes
     and only finite floats."""
@@ -182,7 +185,7 @@ def check_schema(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> None:
         )
     for k, (dt, shape) in schema.items():
         v = ck[k]
-        if v.dtype.name != dt or tuple(v.shape) != shape:
+        if v.dtype != _DTYPES[dt] or v.shape != shape:
             raise FormatError(
                 f"checkpoint at step {step}: {k} is {v.dtype.name}{list(v.shape)}, expected {dt}{list(shape)}",
                 reason="SHAPE_MISMATCH",

@@ -52,8 +52,12 @@ class Dataset:
         return int(self.y.shape[1]) if self.y.ndim == 2 else 1
 
     def root(self) -> bytes:
-        """The data commitment (SPEC §7.2)."""
-        return data_root(self.X, self.y)
+        """The data commitment (SPEC §7.2), computed once per dataset object."""
+        cached = self.__dict__.get("_root")
+        if cached is None:
+            cached = data_root(self.X, self.y)
+            self.__dict__["_root"] = cached  # frozen dataclass: cache outside __setattr__
+        return cached
 
 
 def sample_leaf(i: int, x: np.ndarray, y: np.ndarray) -> bytes:

@@ -17,7 +17,7 @@ from dk.crypto.stream import permutation, stream_key
 from dk.errors import FormatError
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=512)
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     """Permutation of the ``n`` sample indices for ``epoch``."""
     perm = permutation(stream_key("sampler", seed, u64(epoch)), n)
