@@ -16,11 +16,17 @@ from typing import Any
 
 from dk.errors import FormatError
 from dk.market.attest import attestation_message
-from dk.market.ledger import WORLD, ZERO_HASH, Ledger, event_hash
+from dk.market.ledger import WORLD, ZERO_HASH, Ledger, chain_problem
 from dk.market.requests import ACTIONS, parse_request
 
 SYSTEM_KINDS = frozenset({"init", "verify", "accept", "resolve", "settle"})
 MAX_PROBLEMS = 100
+_CHAIN_TEXT = {
+    "SEQ_GAP": "sequence gap",
+    "CHAIN_BROKEN": "prev_hash does not link to the previous event",
+    "HASH_MISMATCH": "hash does not match the event body",
+    "MALFORMED_EVENT": "event body is malformed",
+}
 
 
 @dataclass
@@ -144,19 +150,13 @@ def audit(ledger: Ledger, *, bls: Any = None, check_bls: bool = True) -> AuditRe
     a = _Auditor(bls, check_bls)
     prev, count = ZERO_HASH, 0
     for seq, prev_hash, digest, body in ledger.events():
-        if seq != count:
-            a.bad(seq, f"sequence gap (expected {count})")
-        count = seq + 1
-        if prev_hash != prev:
-            a.bad(seq, "prev_hash does not link to the previous event")
-        if event_hash(prev_hash, body) != digest:
-            a.bad(seq, "hash does not match the event body")
-        prev = digest
-        kind = body.get("kind")
-        if body.get("seq") != seq or set(body) != {"v", "seq", "kind", "at", "request", "data",
-                                                    "moves"}:
-            a.bad(seq, "event body is malformed")
-            continue
+        problem = chain_problem(count, prev, prev_hash, digest, body)
+        count, prev = seq + 1, digest
+        if problem is not None:
+            a.bad(seq, f"{_CHAIN_TEXT[problem]} ({problem})")
+            if problem == "MALFORMED_EVENT":
+                continue
+        kind = body["kind"]
         if seq == 0:
             a.market_id = digest
             if kind != "init" or body["moves"] or body["request"] is not None:

@@ -27,6 +27,7 @@ ZERO_HASH = bytes(32)
 WORLD = "world"  # the outside of the market: deposits come from it, withdrawals go to it
 MAX_AMOUNT = 2**62  # any single amount and the total ever deposited stay below this
 MAX_EVENT_BODY = 2 << 20
+EVENT_FIELDS = frozenset({"v", "seq", "kind", "at", "request", "data", "moves"})
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events(
@@ -69,6 +70,32 @@ def event_hash(prev_hash: bytes, body: dict[str, Any]) -> bytes:
         The 32-byte event hash.
     """
     return tagged_hash(TAG_EVENT, prev_hash, canonical_json(body))
+
+
+def chain_problem(
+    expected_seq: int, expected_prev: bytes, prev_hash: bytes, digest: bytes, body: Any
+) -> str | None:
+    """Check one event's place in the chain (spec §3); return a reason code or None.
+
+    Args:
+        expected_seq: the sequence number this event must have (previous + 1, or 0).
+        expected_prev: the previous event's hash (zeros before the genesis event).
+        prev_hash: the event's recorded previous hash.
+        digest: the event's recorded hash.
+        body: the event's body.
+
+    Returns:
+        ``"SEQ_GAP"``, ``"CHAIN_BROKEN"``, ``"HASH_MISMATCH"``, ``"MALFORMED_EVENT"`` or None.
+    """
+    if not isinstance(body, dict) or set(body) != EVENT_FIELDS:
+        return "MALFORMED_EVENT"
+    if body["seq"] != expected_seq or isinstance(body["seq"], bool):
+        return "SEQ_GAP"
+    if prev_hash != expected_prev:
+        return "CHAIN_BROKEN"
+    if event_hash(prev_hash, body) != digest:
+        return "HASH_MISMATCH"
+    return None
 
 
 def connect(path: str | Path, *, durable: bool = True) -> sqlite3.Connection:

@@ -125,7 +125,10 @@ def parse_request(data: bytes | dict[str, Any], *, market_id: bytes) -> SignedRe
             or ``BAD_SIGNATURE``.
     """
     if isinstance(data, bytes | bytearray):
-        env = parse_json(bytes(data), limit=MAX_REQUEST, what="market request")
+        try:
+            env = parse_json(bytes(data), limit=MAX_REQUEST, what="market request")
+        except FormatError as e:
+            raise FormatError(str(e), reason="MALFORMED_REQUEST") from None
     else:
         env = data
 
