@@ -64,13 +64,15 @@ def job() -> None:
 @click.option("--dataset", default="digits", show_default=True, help="'digits' (bundled with scikit-learn) or a path to an .npz with X and y.")
 @click.option("--tolerance", type=float, default=None, help="Tolerant mode threshold (see `dk calibrate`).")
 @click.option("--worker", default=None, help="Only accept bundles signed by this public key (hex).")
+@click.option("--compression", default="", help="Gradient codec, e.g. 'topk:0.01', 'int8', 'qsgd:levels=16,seed=1'.")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write the job.")
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def job_init(app: App, arch: str, hidden: str, mode: str, steps: int, interval: int, seed: int,
              batch_size: int, optimizer: str, lr: float | None, loss: str, dataset: str,
-             tolerance: float | None, worker: str | None, out: str, force: bool, as_json: bool) -> None:
+             tolerance: float | None, worker: str | None, compression: str, out: str, force: bool,
+             as_json: bool) -> None:
     """Write a complete job (with its data and initial-weight commitments) to OUT.
 
     With no options it writes a working exact-mode digits MLP job.
@@ -92,7 +94,8 @@ def job_init(app: App, arch: str, hidden: str, mode: str, steps: int, interval: 
     spec = default_job(arch=arch, hidden=widths, mode=mode, steps=steps, interval=interval, seed=seed,
                        batch_size=batch_size, optimizer=optimizer, lr=lr, loss=loss,
                        dataset="npz" if npz else "digits", data_path=data_path, tolerance=tolerance,
-                       base_dir=out_p.resolve().parent, pol={"worker": worker} if worker else {})
+                       base_dir=out_p.resolve().parent, pol={"worker": worker} if worker else {},
+                       train={"compression": compression} if compression else {})
     out_p.write_text(spec.to_toml())
     if as_json:
         app.emit_json({"job": out, "job_id": spec.job_id.hex(), "spec": spec.spec})

@@ -36,6 +36,7 @@ DTYPE_CODES: dict[str, int] = {
     "int64": 3,
     "uint8": 4,
     "int32": 5,
+    "uint64": 6,
 }
 CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
 # (kind, itemsize) -> code: the same table, looked up without numpy's slow ``dtype.name``.

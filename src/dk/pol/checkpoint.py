@@ -59,12 +59,40 @@ def meta_tensors(job: Any, step: int, steps_per_epoch: int) -> Tensors:
     }
 
 
+COUNTER_KEY = "compress/rng_counter"
+
+
 def initial_checkpoint(job: Any, steps_per_epoch: int) -> Tensors:
     """Checkpoint 0 as the job defines it (SPEC §10.2)."""
     ck = {f"model/{k}": v for k, v in init_params(job.model, job.seed).items()}
     ck.update(hparam_tensors(job))
     ck.update(meta_tensors(job, 0, steps_per_epoch))
+    if job.train.get("compression"):
+        ck[COUNTER_KEY] = np.zeros(1, dtype=np.uint64)
     return ck
+
+
+def _check_codec_state(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> None:
+    """Codec state (SPEC §10.1): ``compress/rng_counter`` uint64[1] iff the job compresses,
+    plus float32 ``compress/<param>/residual|momentum`` of the parameter's shape."""
+    keys = [k for k in ck if k.startswith("compress/")]
+    if not job.train.get("compression"):
+        if keys:
+            raise FormatError(f"checkpoint at step {step}: codec state in a job without compression",
+                              reason="SHAPE_MISMATCH")
+        return
+    c = ck.get(COUNTER_KEY)
+    if c is None or c.dtype != np.uint64 or c.shape != (1,):
+        raise FormatError(f"checkpoint at step {step}: {COUNTER_KEY} must be uint64[1]", reason="SHAPE_MISMATCH")
+    shapes = {n: s for n, s, _ in param_specs(job.model)}
+    for k in keys:
+        if k == COUNTER_KEY:
+            continue
+        name, _, kind = k[len("compress/"):].rpartition("/")
+        v = ck[k]
+        if name not in shapes or kind not in ("residual", "momentum") or v.dtype != np.float32 \
+                or v.shape != shapes[name]:
+            raise FormatError(f"checkpoint at step {step}: bad codec state {k}", reason="SHAPE_MISMATCH")
 
 
 def expected_schema(job: Any, step: int) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -193,3 +221,4 @@ def check_schema(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> None:
     for k, v in ck.items():
         if v.dtype.kind == "f" and not np.isfinite(v).all():
             raise FormatError(f"checkpoint at step {step}: {k} has NaN or infinite values", reason="TENSOR_INVALID")
+    _check_codec_state(job, step, ck)

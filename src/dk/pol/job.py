@@ -173,6 +173,18 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     _int(t, "batch_size", 1, 1 << 20)
     if not isinstance(t["compression"], str) or len(t["compression"]) > 200:
         raise _fail("train.compression must be a codec string such as 'topk:0.01' or ''")
+    if t["compression"] in ("none",):
+        t["compression"] = ""
+    if t["compression"]:
+        from dk.compress import parse_codec
+
+        try:
+            codec = parse_codec(t["compression"])
+        except (FormatError, ValueError) as e:
+            raise _fail(f"train.compression: {e}") from None
+        if codec.spec.startswith("powersgd"):
+            raise _fail("train.compression: powersgd runs only as a DDP hook, not in a replayable job")
+        t["compression"] = codec.spec  # canonical spelling, so equal codecs give equal job_ids
 
     p = job["pol"]
     _choice(p, "mode", MODES)

@@ -32,7 +32,7 @@ from dk.pol.job import JobSpec, as_job
 from dk.pol.models import init_params, param_specs
 from dk.pol.run import CheckpointEntry, IntervalEntry, RunInfo, write_run
 from dk.pol.sampler import job_sampler
-from dk.pol.torch_adapter import batch_tensors, deterministic, snapshot
+from dk.pol.torch_adapter import batch_tensors, deterministic, make_codec, snapshot
 
 
 class JobMismatch(DkError, ValueError):
@@ -53,6 +53,9 @@ class _RecordedOptimizer:
         self._inner, self._recorder = inner, recorder
 
     def step(self, closure: Any = None) -> Any:
+        rec = self._recorder
+        if rec.codec is not None and rec._model is not None:  # compressed job: SPEC Part III
+            rec.codec.compress_grads_(rec._model.named_parameters())
         out = self._inner.step(closure)
         self._recorder._on_step()
         return out
@@ -99,6 +102,7 @@ class Recorder:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
         self._det = deterministic(1 if self.job.mode in ("exact", "zk") else None)
+        self.codec = make_codec(self.job)
         self.info = RunInfo(
             job_id=self.job.job_id.hex(), data_root=self.dataset.root().hex(),
             interval=self.job.interval, steps=self.job.steps,
@@ -168,7 +172,7 @@ class Recorder:
     # -- recording ---------------------------------------------------------------------
     def _snap(self, index: int, step: int) -> None:
         assert self._model is not None and self._opt is not None
-        ck = snapshot(self._model, self._opt, self.job, step, self.sampler.steps_per_epoch)
+        ck = snapshot(self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec)
         self._put((index, step, ck))
 
     def _put(self, item: Any) -> None:

@@ -36,14 +36,25 @@ class Replayer:
 
     def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
         """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
-        from dk.pol.torch_adapter import batch_tensors, deterministic, restore, snapshot, train_step
+        from dk.pol.torch_adapter import (
+            batch_tensors,
+            compress_hook,
+            deterministic,
+            make_codec,
+            restore,
+            snapshot,
+            train_step,
+        )
 
+        codec = make_codec(self.job)  # fresh state machine; its state comes from ``start``
+        hook = compress_hook(codec)
         with deterministic(self.threads):
-            restore(start, self.model, self.optimizer, self.job)
+            restore(start, self.model, self.optimizer, self.job, codec)
             for t in range(start_step, end_step):
                 x, y = batch_tensors(self.dataset, self.sampler.batch(t))
-                train_step(self.model, self.optimizer, self.loss_fn, x, y)
-            return snapshot(self.model, self.optimizer, self.job, end_step, self.sampler.steps_per_epoch)
+                train_step(self.model, self.optimizer, self.loss_fn, x, y, hook)
+            return snapshot(self.model, self.optimizer, self.job, end_step,
+                            self.sampler.steps_per_epoch, codec)
 
 
 def replay_interval(job: JobSpec, dataset: Dataset, start: Mapping[str, np.ndarray],

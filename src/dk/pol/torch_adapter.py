@@ -66,8 +66,25 @@ def deterministic(threads: int | None = 1) -> Iterator[None]:
 _STATE_KEYS = {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq", "step")}
 
 
+def make_codec(job: Any) -> Any:
+    """The job's gradient codec state machine, or None without compression (SPEC §10.1)."""
+    spec = job.train.get("compression", "")
+    if not spec:
+        return None
+    from dk.compress import CompressedSGDStep
+
+    return CompressedSGDStep(spec)
+
+
+def compress_hook(codec: Any) -> Any:
+    """A ``grad_hook`` for :func:`train_step` that compresses gradients with ``codec``."""
+    if codec is None:
+        return None
+    return lambda model: codec.compress_grads_(model.named_parameters())
+
+
 def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, job: Any, step: int,
-             steps_per_epoch: int) -> Tensors:
+             steps_per_epoch: int, codec: Any = None) -> Tensors:
     """Copy the training state at ``step`` into a checkpoint tensor set (SPEC §10.1)."""
     ck: Tensors = {}
     for name, p in model.named_parameters():
@@ -79,12 +96,16 @@ def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, job: Any,
                 ck[f"optim/{name}/{key}"] = v.detach().numpy().astype(np.float32, copy=True)
     ck.update(hparam_tensors(job))
     ck.update(meta_tensors(job, step, steps_per_epoch))
+    if codec is not None:
+        ck.update(codec.state_dict())
     return ck
 
 
 def restore(ck: Mapping[str, np.ndarray], model: torch.nn.Module,
-            optimizer: torch.optim.Optimizer, job: Any) -> None:
-    """Load a checkpoint's weights and optimizer state into ``model`` and ``optimizer``."""
+            optimizer: torch.optim.Optimizer, job: Any, codec: Any = None) -> None:
+    """Load a checkpoint's weights, optimizer state and codec state."""
+    if codec is not None:
+        codec.load_state_dict(ck)
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(torch.from_numpy(np.array(ck[f"model/{name}"])))
