@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dk.vectors import check_all
+from dk.vectors import AREAS, check_all
 
 ROOT = Path(__file__).resolve().parents[2] / "vectors"
 FOUNDATION = ("crypto", "pol", "bundle")
@@ -45,10 +45,17 @@ def results() -> list[Any]:
     return check_all(ROOT)
 
 
-def test_every_vector_case_passes(results: list[Any]) -> None:
-    failed = [(r.area, r.file, r.tc_id, r.message) for r in results if not r.ok]
-    assert failed == []
+def test_check_all_covers_the_foundation(results: list[Any]) -> None:
     assert {r.area for r in results} >= set(FOUNDATION)
+
+
+@pytest.mark.parametrize("area", AREAS)
+def test_every_vector_case_passes(area: str, results: list[Any]) -> None:
+    if not (ROOT / area).is_dir():
+        pytest.skip(f"no vectors for {area} yet")
+    mine = [r for r in results if r.area == area]
+    assert mine
+    assert [(r.file, r.tc_id, r.message) for r in mine if not r.ok] == []
 
 
 @pytest.mark.parametrize("area", FOUNDATION)

@@ -60,6 +60,43 @@ def _blobs_in_name_order() -> Iterator[None]:
         forge.parse_blob = original
 
 
+def _other_data_root(f: Forgery, key: SigningKey) -> Path:
+    f.m["data_root"] = bytes(32).hex()
+    return f.commit(key)
+
+
+def _batch(f: Forgery, key: SigningKey) -> Path:
+    f.m["intervals"][1]["batch_commitment"] = f.m["intervals"][2]["batch_commitment"]
+    return f.commit(key)
+
+
+def _norm(f: Forgery, key: SigningKey) -> Path:
+    f.m["intervals"][1]["update_norm"] *= 1.001
+    return f.commit(key)
+
+
+def _steps(f: Forgery, key: SigningKey) -> Path:
+    f.m["checkpoints"][1]["step"] = 4
+    f.m["intervals"][0]["end_step"] = f.m["intervals"][1]["start_step"] = 4
+    return f.commit(key)
+
+
+def _garbage_blob(f: Forgery, key: SigningKey) -> Path:
+    (f.dir / f.m["checkpoints"][2]["blob"]).write_bytes(b"not safetensors")
+    return f.dir
+
+
+# More forgeries than vectors/gen/forge.py holds, built with its toolkit: one per reason code
+# of SPEC §12.2 that no forgery there reaches first.
+EXTRA_FORGERIES = {
+    "other-data-root": (_other_data_root, "DATA_MISMATCH"),
+    "batch-commitment-swapped": (_batch, "BATCH_MISMATCH"),
+    "update-norm-inflated": (_norm, "METADATA_MISMATCH"),
+    "checkpoint-steps-shifted": (_steps, "TRANSCRIPT_MALFORMED"),
+    "garbage-blob": (_garbage_blob, "BLOB_MALFORMED"),
+}
+
+
 def _copy_real(src: Path, dst: Path) -> None:
     """Copy a bundle with every blob as a real file (symbolic links are dropped)."""
     if dst.exists():
@@ -122,8 +159,8 @@ def generate(root: Path) -> None:
                 verify={"worker": WORKER.verify_key.hex()},
             )
         )
-        for name in sorted(FORGERIES):
-            forger, reason = FORGERIES[name]
+        for name in [*sorted(FORGERIES), *EXTRA_FORGERIES]:
+            forger, reason = FORGERIES.get(name) or EXTRA_FORGERIES[name]
             forged = forger(Forgery(honest, tmp / name), WORKER)
             extra: dict[str, Any] = {}
             if name == "symlinked-blob":
@@ -177,6 +214,41 @@ def generate(root: Path) -> None:
         )
     )
     cases.append(_case("bundle directory missing", "absent", "invalid", "BUNDLE_NOT_FOUND"))
+    (out / "job-malformed.toml").write_text("[model]\narch = 'transformer'\n", encoding="utf-8")
+    cases.append(
+        _case("malformed job file", "honest", "invalid", "JOB_MALFORMED", job="job-malformed.toml")
+    )
+    sig = (out / "honest" / "signature.hex").read_bytes()
+    manifest = (out / "honest" / "manifest.json").read_bytes()
+    recipes: list[tuple[str, str, dict[str, Any]]] = [
+        ("manifest.json removed", "MANIFEST_MISSING", {"remove": ["manifest.json"]}),
+        ("signature.hex removed", "SIGNATURE_MISSING", {"remove": ["signature.hex"]}),
+        (
+            "signature.hex not hex",
+            "SIGNATURE_INVALID",
+            {"write": {"signature.hex": (b"zz" * 64 + b"\n").hex()}},
+        ),
+        (
+            "signature.hex over 256 bytes",
+            "SIGNATURE_INVALID",
+            {"write": {"signature.hex": (sig.strip() + b" " * 200 + b"\n").hex()}},
+        ),
+        (
+            "manifest version 2",
+            "UNSUPPORTED_VERSION",
+            {"write": {"manifest.json": manifest.replace(b'"version":1', b'"version":2').hex()}},
+        ),
+    ]
+    for why, reason, recipe in recipes:
+        cases.append(_case(why, "honest", "invalid", reason, **recipe))
+    cases.append(
+        _case(
+            "signature.hex without its newline",
+            "honest",
+            "valid",
+            write={"signature.hex": sig.strip().hex()},
+        )
+    )
     for i, c in enumerate(cases, 1):
         c["tcId"] = i
     for c in cases:  # refuse to write a case the library does not reproduce

@@ -506,10 +506,16 @@ def checkpoint_cases() -> list[Case]:
             }
         )
     toml = tiny.to_toml()
+    ctoml = tiny.with_updates(train={"compression": "topk:0.1"}).to_toml()
     adam = ADAM_JOB
     schema_valid = [
         ("sgd checkpoint at step 5 (momentum buffers)", toml, 5, {}),
-        ("codec state under compress/ is allowed", toml, 5, {"add": {"compress/residual": [3]}}),
+        (
+            "compressed job: rng counter and a residual",
+            ctoml,
+            5,
+            {"add": {"compress/fc0.weight/residual": [8, 64]}},
+        ),
         ("adam checkpoint at step 5", adam, 5, {}),
     ]
     for why, text, step, recipe in schema_valid:
@@ -560,10 +566,27 @@ def checkpoint_cases() -> list[Case]:
         ),
         (
             "NaN in codec state",
+            ctoml,
+            5,
+            {
+                "add": {"compress/fc0.weight/residual": [8, 64]},
+                "poison": {"compress/fc0.weight/residual": "nan"},
+            },
+            "TENSOR_INVALID",
+        ),
+        (
+            "codec state in a job without compression",
             toml,
             5,
-            {"add": {"compress/residual": [3]}, "poison": {"compress/residual": "nan"}},
-            "TENSOR_INVALID",
+            {"add": {"compress/fc0.weight/residual": [8, 64]}},
+            "SHAPE_MISMATCH",
+        ),
+        (
+            "compressed job without its rng counter",
+            ctoml,
+            5,
+            {"drop": ["compress/rng_counter"]},
+            "SHAPE_MISMATCH",
         ),
         (
             "adam step counter missing",
@@ -600,6 +623,22 @@ def checkpoint_cases() -> list[Case]:
             "root": checkpoint_root(parse_blob(blob)).hex(),
         }
     )
+    from dk.vectors.pol import read_blob_as
+
+    root = checkpoint_root(parse_blob(blob)).hex()
+    reads = [
+        ("blob read as a regular file within the bound", "file", len(blob), None),
+        ("blob one byte over the bound (recipe: limit)", "file", len(blob) - 1, "BLOB_TOO_LARGE"),
+        ("blob behind a symbolic link", "symlink", len(blob), "BAD_PATH"),
+        ("blob path is a directory", "directory", len(blob), "BAD_PATH"),
+        ("blob missing", "missing", len(blob), "BLOB_MISSING"),
+    ]
+    for why, kind, limit, reason in reads:
+        fields = {"op": "read_blob", "blob": blob.hex(), "as": kind, "limit": limit}
+        if reason is None:
+            cases.append({"comment": why, "result": "valid", "root": root, **fields})
+        else:
+            cases.append(_invalid(why, lambda f=fields: read_blob_as(f), reason, **fields))
     big_header = (1 << 24).to_bytes(8, "little") + blob[8:]
     for why, data in (
         ("7 bytes", blob[:7]),

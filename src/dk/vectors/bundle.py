@@ -6,7 +6,9 @@ arguments (such as ``worker``), and the expected verdict and first reason code. 
 copied to a temporary directory first, and the case's recipes are applied to the copy:
 
 * ``pad_manifest_to``: append spaces to ``manifest.json`` up to that many bytes;
-* ``symlink``: ``{"link", "target"}``, create ``link`` as a symbolic link to ``target``.
+* ``symlink``: ``{"link", "target"}``, create ``link`` as a symbolic link to ``target``;
+* ``remove``: relative paths of files to delete;
+* ``write``: ``{relative path: hex content}``, files to overwrite.
 """
 
 from __future__ import annotations
@@ -22,7 +24,18 @@ from dk.vectors import CaseResult, load_cases
 _VERIFY_ARGS = frozenset({"worker", "topq", "skipped_fraction", "detect"})
 
 
+def _inside(bundle: Path, rel: str) -> Path:
+    path = bundle / rel
+    if bundle.resolve() not in path.resolve().parents:
+        raise ValueError(f"recipe path {rel!r} leaves the bundle")
+    return path
+
+
 def _apply_recipes(bundle: Path, case: dict[str, Any]) -> None:
+    for rel in case.get("remove", []):
+        _inside(bundle, rel).unlink()
+    for rel, content in case.get("write", {}).items():
+        _inside(bundle, rel).write_bytes(bytes.fromhex(content))
     size = case.get("pad_manifest_to")
     if size is not None:
         p = bundle / "manifest.json"

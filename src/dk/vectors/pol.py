@@ -21,7 +21,13 @@ import numpy as np
 
 from dk.crypto.canonical_json import canonical_json
 from dk.errors import FormatError
-from dk.pol.checkpoint import check_schema, checkpoint_root, initial_checkpoint, parse_blob
+from dk.pol.checkpoint import (
+    check_schema,
+    checkpoint_root,
+    initial_checkpoint,
+    parse_blob,
+    read_blob_file,
+)
 from dk.pol.data import data_root, load_dataset, load_npz, sample_leaf
 from dk.pol.job import parse_job
 from dk.pol.models import init_params, param_specs
@@ -199,8 +205,28 @@ def _check_init(c: Case, _: Path) -> str:
     )
 
 
+def read_blob_as(c: Case) -> object:
+    """Write the case's blob as a file, a symbolic link or not at all, then read it bounded."""
+    with tempfile.TemporaryDirectory() as tmp:
+        real, path = Path(tmp) / "real.safetensors", Path(tmp) / "blob.safetensors"
+        real.write_bytes(bytes.fromhex(c["blob"]))
+        if c["as"] == "file":
+            real.rename(path)
+        elif c["as"] == "symlink":
+            path.symlink_to(real.name)
+        elif c["as"] == "directory":
+            path.mkdir()
+        return parse_blob(read_blob_file(path, limit=int(c["limit"])))
+
+
 def _check_checkpoint(c: Case, _: Path) -> str:
     op = c["op"]
+    if op == "read_blob":
+        if c["result"] == "invalid":
+            return _raises(lambda: read_blob_as(c), c["expected_reason"])
+        tensors = read_blob_as(c)
+        assert isinstance(tensors, dict)
+        return _expect(checkpoint_root(tensors).hex() == c["root"], "root differs")
     if op == "blob":
         data = bytes.fromhex(c["blob"])
         if c["result"] == "invalid":
