@@ -87,7 +87,7 @@ def _ops(tmp: Path, durable: bool) -> dict[str, float]:
 
 class _Report:
     ok = True
-    reasons: list[Any] = []
+    reasons: tuple[Any, ...] = ()
 
     def digest(self) -> bytes:
         return bytes(32)
@@ -150,7 +150,8 @@ def main() -> None:
               f"{durable[name] / base['sqlite commit']:>10.2f}x")
     for name, v in base.items():
         print(f"{'baseline: ' + name:<28}{v:>14.0f}")
-    for label, figures in (("NORMAL (WAL, crash-safe)", fast), ("FULL (fsync each commit)", durable)):
+    modes = (("NORMAL (WAL, crash-safe)", fast), ("FULL (fsync each commit)", durable))
+    for label, figures in modes:
         worst = min(figures["order"], figures["bid"], figures["match"])
         verdict = "meets" if worst >= TARGET else "misses"
         print(f"slowest of order/bid/match, {label}: {worst:.0f}/s ({verdict} {TARGET:.0f}/s)")

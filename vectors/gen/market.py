@@ -67,7 +67,8 @@ def _request_cases() -> list[dict[str, Any]]:
             lambda e: e.update(signature=_env(key=MALLORY)["signature"]))
     mutated("claims another account with the signer's signature", "BAD_SIGNATURE",
             lambda e: e["body"].update(account=MALLORY.verify_key.hex()))
-    mutated("signature truncated", "BAD_SIGNATURE", lambda e: e.update(signature=e["signature"][:-2]))
+    mutated("signature truncated", "BAD_SIGNATURE",
+            lambda e: e.update(signature=e["signature"][:-2]))
     mutated("names another market", "WRONG_MARKET", lambda e: e["body"].update(market="00" * 32))
     mutated("unknown action", "UNKNOWN_ACTION", lambda e: e["body"].update(action="mint"))
     mutated("negative nonce", "MALFORMED_REQUEST", lambda e: e["body"].update(nonce=-1))

@@ -77,7 +77,8 @@ def run_demo(
     say(f"market: matched {oid} with {matched['bid_id']} at price {matched['price']}")
     for b in m.show(oid)["bids"]:
         if b["status"] != "matched":
-            say(f"market:   {b['bid_id']} (price {b['price']}) not matched: {'; '.join(b['reasons'])}")
+            why = "; ".join(b["reasons"])
+            say(f"market:   {b['bid_id']} (price {b['price']}) not matched: {why}")
     m.execute(c["worker"].request("submit", order_id=oid, **bundle_commitment(bundle_dir)),
               now=t + 60)
     say("market: worker submits the bundle commitment; the beacon is the ledger head after it")

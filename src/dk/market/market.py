@@ -241,7 +241,7 @@ class Market:
             raise MarketRefused("BAD_STATE", f"{challenge_id} is already {ch['state']}")
         manifest = self._bundle_for(self.order(ch["order_id"]), bundle_dir, job)
         interval = challenges.disputed_interval(ch, manifest)
-        replay_ok = True if interval is None else bool(self._replay(Path(bundle_dir), job, interval))
+        replay_ok = interval is None or bool(self._replay(Path(bundle_dir), job, interval))
         with self.ledger.transaction("resolve", at=now) as tx:
             challenges.record_resolution(tx, challenge_id, interval, replay_ok, now)
             return dict(tx.data)

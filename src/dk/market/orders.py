@@ -1,7 +1,7 @@
 """Orders (consumers) and bids (workers): placing locks money, cancelling returns it (spec §4.2).
 
 An order locks its ``max_price`` in ``escrow:<order>`` when placed; a bid locks
-``stake × capacity`` in ``stake:<bid>``. Only the owner may cancel, and only while open.
+``stake * capacity`` in ``stake:<bid>``. Only the owner may cancel, and only while open.
 """
 
 from __future__ import annotations

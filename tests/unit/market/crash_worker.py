@@ -8,9 +8,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from market_support import T0, FakeBls, fake_replay, fake_verify, key  # noqa: E402
+from market_support import T0, FakeBls, fake_replay, fake_verify, key
 
-from dk.market import Client, Market, MarketRefused  # noqa: E402
+from dk.market import Client, Market, MarketRefused
 
 
 def settle_and_hang(db: str, order_id: str, flag: str) -> None:

@@ -125,7 +125,9 @@ class World:
             self.do(n, "register_validator", bls_pk=self.bls.sk_to_pk(sk).hex(),
                     pop=self.bls.pop_prove(sk).hex())
 
-    def to_accepted(self, *, forged: bool = False, bad: list[int] | None = None) -> tuple[str, Path]:
+    def to_accepted(
+        self, *, forged: bool = False, bad: list[int] | None = None
+    ) -> tuple[str, Path]:
         oid = self.do("consumer", "order", job_id=self.job.job_id.hex(), max_price=100,
                       min_stake=50, deadline=T0 + 1000)["order_id"]
         self.do("worker", "bid", price=80, capacity=1, stake=60)

@@ -95,7 +95,7 @@ def test_forged_bundle_is_never_paid(job_and_bundles: tuple[Path, Path, Path],
                                      tmp_path: Path) -> None:
     from dk.pol import load_job
 
-    job_path, honest, forged = job_and_bundles
+    job_path, _, forged = job_and_bundles
     job = load_job(job_path)
     m = Market.create(tmp_path / "m.db", now=T0, config=MarketConfig(k=1, window=60))
     clients = {"consumer": Client(key(1), m.market_id),

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from market_support import T0, World
 
 from dk.market import MarketRefused
-
-from market_support import T0, World
 
 
 def test_honest_job_pays_worker_after_window(world: World) -> None:
@@ -37,8 +36,9 @@ def test_forged_bundle_is_rejected_refunded_and_slashed(world: World) -> None:
 
 
 def test_accept_needs_k_valid_attestations(world: World) -> None:
-    from dk.market import bundle_commitment
     from market_support import make_bundle
+
+    from dk.market import bundle_commitment
 
     oid = world.do("consumer", "order", job_id=world.job.job_id.hex(), max_price=100,
                    min_stake=0, deadline=T0 + 1000)["order_id"]

@@ -25,7 +25,8 @@ def test_best_eligible_price_wins_and_show_explains(world: World) -> None:
                      tags={"region": "eu", "gpu": "h100"})["bid_id"]
     later = world.do("worker2", "bid", price=50, capacity=1, stake=20,
                      tags={"region": "eu"})["bid_id"]
-    own = world.do("consumer", "bid", price=1, capacity=1, stake=10, tags={"region": "eu"})["bid_id"]
+    own = world.do("consumer", "bid", price=1, capacity=1, stake=10,
+                   tags={"region": "eu"})["bid_id"]
     assert world.do("consumer", "match", order_id=oid)["bid_id"] == first
     shown = {b["bid_id"]: b for b in world.m.show(oid)["bids"]}
     assert shown[first]["status"] == "matched"

@@ -1,4 +1,4 @@
-"""Random sequences of market operations keep conservation, never release twice, never go negative."""
+"""Random market operations keep conservation, never release twice, never go negative."""
 
 from __future__ import annotations
 
