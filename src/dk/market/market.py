@@ -74,6 +74,8 @@ class Market:
         hook: Callable[[str], None] | None = None,
         durable: bool = True,
     ) -> None:
+        if not Path(path).is_file():
+            raise MarketRefused("NOT_INITIALISED", f"{path} holds no market (run init)")
         self.ledger = Ledger(path, durable=durable, hook=hook)
         genesis = self.ledger.genesis()
         if genesis is None:

@@ -90,3 +90,11 @@ def test_bad_params_are_refused(world: World) -> None:
     with pytest.raises(FormatError):
         world.do("consumer", "order", job_id="11" * 32, max_price=1, min_stake=0,
                  deadline=T0 + 1, tags={"Region": "eu"})
+
+
+def test_opening_a_missing_ledger_is_refused(tmp_path) -> None:
+    from dk.market import Market
+
+    with pytest.raises(MarketRefused) as e:
+        Market(tmp_path / "none.db")
+    assert e.value.reason == "NOT_INITIALISED" and not (tmp_path / "none.db").exists()
