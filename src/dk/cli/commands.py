@@ -116,7 +116,7 @@ def job_show(app: App, job_file: str, as_json: bool) -> None:
         app.emit_json({"job_id": spec.job_id.hex(), "spec": spec.spec})
     else:
         app.print(f"job_id {spec.job_id.hex()}")
-        app.print(spec.to_toml())
+        app.print(spec.to_toml(), markup=False)  # TOML's [tables] are not rich markup
 
 
 @click.command(short_help="Train a job with recording")
@@ -252,6 +252,8 @@ def vectors() -> None:
 @click.pass_obj
 def vectors_check(app: App, directory: str, as_json: bool) -> None:
     """Re-derive every case under DIRECTORY with this installation; exit 1 on any mismatch."""
+    from rich.markup import escape
+
     from dk.vectors import check_all
 
     results = check_all(directory)
@@ -266,7 +268,7 @@ def vectors_check(app: App, directory: str, as_json: bool) -> None:
             nbad = sum(not r.ok for r in rs)
             app.print(f"{area:10s} {len(rs) - nbad:5d} ok  {nbad:3d} failed")
         for r in bad:
-            app.print(f"[red]FAIL[/] {r.area}/{r.file} tcId {r.tc_id}: {r.message}")
+            app.print(f"[red]FAIL[/] {escape(f'{r.area}/{r.file} tcId {r.tc_id}: {r.message}')}")
         app.print(f"{len(results) - len(bad)} passed, {len(bad)} failed")
     if bad or not results:
         app.abort(None if results else "no vectors found", ExitCode.REJECTED)

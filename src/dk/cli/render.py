@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -28,7 +29,8 @@ def report_summary(d: dict[str, Any]) -> list[str]:
         lines.append("[bold red]REJECT[/]")
         for r in d["findings"]:
             where = f" (interval {r['interval']})" if "interval" in r else ""
-            lines.append(f"  [red]{r['code']}[/]{where}: {r['message']}")
+            # Messages quote bundle contents (blob names...): never let them be markup.
+            lines.append(f"  [red]{escape(r['code'])}[/]{where}: {escape(r['message'])}")
     if "intervals" in f:
         lines.append(
             f"  challenged {len(d['challenged'])} of {f['intervals']} intervals "
@@ -38,5 +40,5 @@ def report_summary(d: dict[str, Any]) -> list[str]:
     if "verify_wall_s" in f:
         lines.append(f"  {f.get('bytes_read', 0) / 1e6:.1f} MB read, {f['verify_wall_s']:.2f} s")
     for flag in d.get("flags", []):
-        lines.append(f"  [yellow]flag: {flag}[/]")
+        lines.append(f"  [yellow]flag: {escape(flag)}[/]")
     return lines

@@ -1,0 +1,285 @@
+"""The core ``dk`` commands through click's runner, on one tiny job trained once per module,
+and the real console script for exit codes and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from dk.cli.app import cli
+from dk.errors import FormatError
+from dk.pol.job import load_job
+
+TINY = ["--hidden", "8", "--steps", "20", "--interval", "5", "--batch-size", "16"]
+BEACON = "ab" * 32
+
+
+def dk(*args: str | Path) -> Result:
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=True)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """keygen → job init → train → prove, each checked for exit 0."""
+    d = tmp_path_factory.mktemp("cli")
+    for args in (
+        ("keygen", "--out", d / "worker.key"),
+        ("job", "init", *TINY, "--out", d / "job.toml"),
+        ("train", d / "job.toml", "--out", d / "run"),
+        (
+            "prove",
+            d / "run",
+            "--job",
+            d / "job.toml",
+            "--key",
+            d / "worker.key",
+            "--out",
+            d / "bundle",
+        ),
+    ):
+        r = dk(*args)
+        assert r.exit_code == 0, (args, r.output, r.exception)
+    return d
+
+
+def test_help_lists_the_commands() -> None:
+    r = dk("--help")
+    assert r.exit_code == 0
+    for name in ("keygen", "job", "train", "prove", "verify", "calibrate", "vectors"):
+        assert f"  {name}" in r.output
+    assert "Exit codes" in r.output
+    assert dk("job", "--help").exit_code == 0 and "init" in dk("job", "--help").output
+    assert dk("no-such-command").exit_code == 2
+
+
+def test_keygen(tmp_path: Path) -> None:
+    r = dk("keygen", "--out", tmp_path / "k", "--json")
+    assert r.exit_code == 0
+    d = json.loads(r.output)
+    assert stat.S_IMODE(os.stat(tmp_path / "k").st_mode) == 0o600
+    assert (tmp_path / "k.pub").read_text().strip().endswith(d["public_key"])
+    again = dk("keygen", "--out", tmp_path / "k")
+    assert again.exit_code != 0 and isinstance(again.exception, FileExistsError)
+    assert dk("keygen").exit_code == 2  # --out is required
+
+
+def test_job_init_defaults_force_and_existing(tmp_path: Path) -> None:
+    out = tmp_path / "job.toml"
+    r = dk("job", "init", "--out", out)
+    assert r.exit_code == 0, r.output
+    job = load_job(out)
+    assert job.job_id.hex() in r.output
+    assert (job.steps, job.interval, job.model["hidden"], job.mode) == (300, 10, [64], "exact")
+    assert job.data["root"] and job.pol["init_root"]
+    text = out.read_text()
+    r = dk("job", "init", "--steps", "5", "--out", out)
+    assert r.exit_code == 2 and "exists" in r.output and "--force" in r.output
+    assert out.read_text() == text
+    r = dk("job", "init", "--steps", "5", "--interval", "5", "--force", "--out", out)
+    assert r.exit_code == 0 and load_job(out).steps == 5
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--model", "resnet"),
+        ("--steps", "0"),
+        ("--mode", "trust"),
+        ("--hidden", "8,x"),
+        ("--seed", "-1"),
+    ],
+)
+def test_job_init_usage_errors(args: tuple[str, ...], tmp_path: Path) -> None:
+    r = dk("job", "init", *args, "--out", tmp_path / "job.toml")
+    assert r.exit_code == 2
+    assert not (tmp_path / "job.toml").exists()
+
+
+def test_job_init_options(tmp_path: Path) -> None:
+    key = "cd" * 32
+    r = dk(
+        "job",
+        "init",
+        "--model",
+        "linear",
+        "--optimizer",
+        "adam",
+        "--mode",
+        "tolerant",
+        "--tolerance",
+        "0.01",
+        "--worker",
+        key,
+        "--seed",
+        "3",
+        "--json",
+        "--out",
+        tmp_path / "j.toml",
+    )
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    job = load_job(tmp_path / "j.toml")
+    assert d["job_id"] == job.job_id.hex() and d["spec"] == job.spec
+    assert job.pol["worker"] == key and job.pol["tolerance"] == 0.01 and job.train["lr"] == 1e-3
+    assert job.seed == 3 and job.model["arch"] == "linear"
+
+
+def test_job_show(work: Path) -> None:
+    r = dk("job", "show", work / "job.toml", "--json")
+    assert r.exit_code == 0
+    d = json.loads(r.output)
+    job = load_job(work / "job.toml")
+    assert d["job_id"] == job.job_id.hex() and d["spec"] == job.spec
+    human = dk("job", "show", work / "job.toml")
+    assert human.exit_code == 0 and job.job_id.hex() in human.output and "[train]" in human.output
+    assert dk("job", "show", work / "nope.toml").exit_code == 2  # click: path must exist
+
+
+def test_job_show_malformed(tmp_path: Path) -> None:
+    p = tmp_path / "bad.toml"
+    p.write_text("[train]\nsteps = -3\n")
+    r = dk("job", "show", p)
+    assert isinstance(r.exception, FormatError) and "steps" in str(r.exception)
+
+
+def test_train_refuses_an_existing_run(work: Path) -> None:
+    r = dk("train", work / "job.toml", "--out", work / "run")
+    assert r.exit_code == 2 and "already holds a run" in r.output
+
+
+def test_prove_refuses_an_existing_bundle(work: Path) -> None:
+    r = dk(
+        "prove",
+        work / "run",
+        "--job",
+        work / "job.toml",
+        "--key",
+        work / "worker.key",
+        "--out",
+        work / "bundle",
+    )
+    assert isinstance(r.exception, FileExistsError)
+    r = dk(
+        "prove",
+        work / "run",
+        "--job",
+        work / "job.toml",
+        "--key",
+        work / "worker.key",
+        "--out",
+        work / "b2",
+        "--zk",
+    )
+    assert r.exit_code == 2 and "--respond" in r.output
+
+
+def test_verify_accepts(work: Path) -> None:
+    r = dk("verify", work / "bundle", "--job", work / "job.toml", "--beacon", BEACON)
+    assert r.exit_code == 0, r.output
+    assert "ACCEPT" in r.output and "detection probability" in r.output
+    r = dk("verify", work / "bundle", "--job", work / "job.toml", "--beacon", BEACON, "--json")
+    assert r.exit_code == 0
+    d = json.loads(r.output)
+    assert d["ok"] is True and d["verdict"] == "accept" and d["beacon"] == BEACON
+    assert d["checks"]["replay"] == "pass" and len(d["digest"]) == 64
+    pub = (work / "worker.key.pub").read_text().strip().split(":")[1]
+    r = dk(
+        "verify",
+        work / "bundle",
+        "--job",
+        work / "job.toml",
+        "--worker",
+        pub,
+        "--samples",
+        "0",
+        "--json",
+    )
+    assert r.exit_code == 0 and json.loads(r.output)["worker_key"] == pub
+
+
+def test_verify_rejects_a_tampered_bundle(work: Path, tmp_path: Path) -> None:
+    b = tmp_path / "b"
+    shutil.copytree(work / "bundle", b)
+    blob = sorted((b / "blobs").iterdir())[0]
+    data = bytearray(blob.read_bytes())
+    data[-3] ^= 1
+    blob.write_bytes(bytes(data))
+    r = dk("verify", b, "--job", work / "job.toml", "--beacon", BEACON)
+    assert r.exit_code == 1 and "REJECT" in r.output and "COMMITMENT_MISMATCH" in r.output
+    r = dk("verify", b, "--job", work / "job.toml", "--beacon", BEACON, "--json")
+    assert r.exit_code == 1 and json.loads(r.output)["reasons"] == ["COMMITMENT_MISMATCH"]
+
+
+def test_verify_prints_bundle_text_verbatim(work: Path, tmp_path: Path) -> None:
+    """A finding quotes the bundle's blob name; rich markup in it must neither crash nor vanish."""
+    from vectors.gen.forge import Forgery
+
+    from dk.crypto.keys import load_signing_key
+
+    f = Forgery(work / "bundle", tmp_path / "b")
+    f.m["checkpoints"][2]["blob"] = "[/x][bold]blob"
+    forged = f.commit(load_signing_key(work / "worker.key"))
+    r = dk("verify", forged, "--job", work / "job.toml", "--beacon", BEACON)
+    assert r.exit_code == 1, (r.output, r.exception)
+    assert "BAD_PATH" in r.output and "[/x][bold]blob" in r.output
+
+
+def test_verify_bad_input(work: Path, tmp_path: Path) -> None:
+    job = work / "job.toml"
+    r = dk("verify", tmp_path / "missing", "--job", job, "--json")
+    assert r.exit_code == 3 and json.loads(r.output)["reasons"] == ["BUNDLE_NOT_FOUND"]
+    (tmp_path / "empty").mkdir()
+    assert dk("verify", tmp_path / "empty", "--job", job).exit_code == 3
+    for beacon in ("zz" * 32, "ab" * 31, "ab" * 33, ""):
+        r = dk("verify", work / "bundle", "--job", job, "--beacon", beacon)
+        assert r.exit_code == 2 and "64 hex characters" in r.output, beacon
+    assert dk("verify", work / "bundle", "--job", job, "--workers", "0").exit_code == 2
+    assert dk("verify", work / "bundle", "--job", job, "--detect", "1.5").exit_code == 2
+
+
+def test_calibrate_json(work: Path) -> None:
+    r = dk("calibrate", work / "job.toml", "--intervals", "1", "--threads", "1,2", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert len(d["rows"]) == 2 and d["recommended_tolerance"] >= 1e-6
+    assert dk("calibrate", work / "job.toml", "--threads", "one").exit_code == 2
+
+
+def test_console_script_exit_codes_and_one_line_errors(work: Path, tmp_path: Path) -> None:
+    exe = shutil.which("dk", path=str(Path(sys.executable).parent)) or shutil.which("dk")
+    assert exe, "the dk console script is not installed"
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[model]\narch = 'transformer'\n")
+    cases = [
+        (["job", "show", str(bad)], 3),
+        (["verify", str(tmp_path / "missing"), "--job", str(work / "job.toml")], 3),
+        (["keygen", "--out", str(work / "worker.key")], 2),
+        (["verify", str(work / "bundle"), "--job", str(work / "job.toml"), "--beacon", "xyz"], 2),
+    ]
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200"}
+    for args, code in cases:
+        p = subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=120)
+        assert p.returncode == code, (args, p.stdout, p.stderr)
+        assert "Traceback" not in p.stderr
+        if (code == 3 and args[0] == "job") or args[0] == "keygen":
+            assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+            assert p.stderr.startswith("dk: error: ")
+    ok = subprocess.run(
+        [exe, "job", "show", str(work / "job.toml"), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert (
+        ok.returncode == 0
+        and json.loads(ok.stdout)["job_id"] == load_job(work / "job.toml").job_id.hex()
+    )
