@@ -145,7 +145,7 @@ def test_job_show(work: Path) -> None:
 
 def test_job_show_malformed(tmp_path: Path) -> None:
     p = tmp_path / "bad.toml"
-    p.write_text("[train]\nsteps = -3\n")
+    p.write_text("[model]\ninput_dim = 64\noutput_dim = 10\n[train]\nsteps = -3\n")
     r = dk("job", "show", p)
     assert isinstance(r.exception, FormatError) and "steps" in str(r.exception)
 
@@ -258,7 +258,10 @@ def test_console_script_exit_codes_and_one_line_errors(work: Path, tmp_path: Pat
     assert exe, "the dk console script is not installed"
     bad = tmp_path / "bad.toml"
     bad.write_text("[model]\narch = 'transformer'\n")
+    narrow = tmp_path / "narrow.toml"  # a hand-edited job whose model does not fit its data
+    narrow.write_text((work / "job.toml").read_text().replace("output_dim = 10", "output_dim = 5"))
     cases = [
+        (["train", str(narrow), "--out", str(tmp_path / "run")], 3),
         (["job", "show", str(bad)], 3),
         (["verify", str(tmp_path / "missing"), "--job", str(work / "job.toml")], 3),
         (["keygen", "--out", str(work / "worker.key")], 2),
@@ -269,7 +272,11 @@ def test_console_script_exit_codes_and_one_line_errors(work: Path, tmp_path: Pat
         p = subprocess.run([exe, *args], capture_output=True, text=True, env=env, timeout=120)
         assert p.returncode == code, (args, p.stdout, p.stderr)
         assert "Traceback" not in p.stderr
-        if args[0] in ("job", "keygen"):  # library errors: exactly "dk: error: ..." on one line
+        if args[0] in (
+            "job",
+            "keygen",
+            "train",
+        ):  # library errors: exactly "dk: error: ..." on one line
             assert len(p.stderr.strip().splitlines()) == 1, p.stderr
             assert p.stderr.startswith("dk: error: ")
     ok = subprocess.run(

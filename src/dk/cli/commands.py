@@ -135,7 +135,7 @@ def train(app: App, job_file: str, out: str, as_json: bool) -> None:
     if (Path(out) / "run.json").exists():
         app.abort(f"{out} already holds a run", ExitCode.USAGE)
     with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=app.err, transient=True, disable=as_json) as bar:
+                  console=app.err, transient=True, disable=as_json or not app.err.is_terminal) as bar:
         task = bar.add_task("train", total=spec.steps)
         info = train_job(spec, out, progress=lambda step: bar.update(task, completed=step))
     if as_json:

@@ -107,6 +107,31 @@ def load_npz(path: Path) -> Dataset:
     return Dataset(np.ascontiguousarray(X, dtype=np.float32), np.ascontiguousarray(y))
 
 
+def check_dims(job: object, dataset: Dataset) -> None:
+    """Raise ``FormatError`` (JOB_MALFORMED) unless the job's model fits the dataset.
+
+    The model's input size must be the dataset's features per sample; with integer labels and
+    cross-entropy the model needs at least one output per class, otherwise (one-hot MSE or
+    float targets) exactly the dataset's output width.
+    """
+    from dk.pol.job import JobSpec
+    from dk.pol.models import model_dims
+
+    assert isinstance(job, JobSpec)
+    din, dout = model_dims(job.model)
+    if din != dataset.input_dim:
+        raise FormatError(f"job: the model takes {din} inputs, the data has {dataset.input_dim} "
+                          "features per sample", reason="JOB_MALFORMED")
+    need = dataset.output_dim
+    if dataset.is_classification and job.train["loss"] == "cross_entropy":
+        if dout < need:
+            raise FormatError(f"job: the model has {dout} outputs, the data has {need} classes",
+                              reason="JOB_MALFORMED")
+    elif dout != need:
+        raise FormatError(f"job: the model has {dout} outputs, the {job.train['loss']} targets "
+                          f"need {need}", reason="JOB_MALFORMED")
+
+
 def load_dataset(job: object) -> Dataset:
     """The dataset a job names (``digits`` or its ``npz`` file)."""
     from dk.pol.job import JobSpec

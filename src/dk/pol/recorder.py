@@ -27,7 +27,7 @@ import torch
 from dk.crypto.hashing import digests_equal
 from dk.errors import DkError, FormatError
 from dk.pol.checkpoint import Tensors, checkpoint_root, update_norm, write_blob
-from dk.pol.data import Dataset, load_dataset
+from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.job import JobSpec, as_job
 from dk.pol.models import init_params, param_specs
 from dk.pol.run import CheckpointEntry, IntervalEntry, RunInfo, write_run
@@ -92,6 +92,7 @@ class Recorder:
         self.run_dir = Path(run_dir)
         self.dataset = dataset if dataset is not None else load_dataset(self.job)
         check_data(self.job, self.dataset)
+        check_dims(self.job, self.dataset)
         self.sampler = job_sampler(self.job, len(self.dataset))
         self.step = 0
         self.progress = progress

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests.helpers import WORKER, make_bundle, tiny_job
+from vectors.gen.forge import Forgery
 
 from dk.errors import FormatError
 from dk.verifier import verify_bundle
-from tests.helpers import WORKER, make_bundle, tiny_job
-from vectors.gen.forge import Forgery
 
 BEACON = bytes(32)
 

@@ -15,7 +15,7 @@ from dk.crypto.hashing import u64
 from dk.crypto.merkle import leaf_hash, merkle_root
 from dk.errors import FormatError
 from dk.pol import default_job
-from dk.pol.data import Dataset, data_root, load_dataset, load_npz, sample_leaf
+from dk.pol.data import Dataset, check_dims, data_root, load_dataset, load_npz, sample_leaf
 from dk.verifier import verify_bundle
 
 
@@ -162,3 +162,24 @@ def test_cnn_job_needs_square_features(tmp_path: Path) -> None:
             interval=1,
             batch_size=4,
         )
+
+
+def test_check_dims_for_float_targets(tmp_path: Path) -> None:
+    X, _ = _xy()
+    np.savez(tmp_path / "r.npz", X=X, y=np.zeros((64, 2), np.float32))
+    job = default_job(
+        arch="linear",
+        dataset="npz",
+        data_path="r.npz",
+        base_dir=tmp_path,
+        loss="mse",
+        steps=2,
+        interval=1,
+        batch_size=8,
+    )
+    ds = load_dataset(job)
+    assert job.model["output_dim"] == 2
+    check_dims(job, ds)
+    for loss in ("mse", "cross_entropy"):
+        with pytest.raises(FormatError, match="targets need 2"):
+            check_dims(job.with_updates(model={"output_dim": 3}, train={"loss": loss}), ds)

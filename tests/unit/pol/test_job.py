@@ -21,10 +21,20 @@ def _job(**sections: dict[str, Any]) -> JobSpec:
     return JobSpec(normalize(raw))
 
 
+DIMS = {"input_dim": 64, "output_dim": 10}
+
+
+def _with_dims(raw: Any) -> Any:
+    """``raw`` with model dimensions filled in (when it is a table whose model is one)."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("model", {}), dict):
+        return raw
+    return {**raw, "model": {**DIMS, **raw.get("model", {})}}
+
+
 def test_defaults() -> None:
-    j = normalize({})
+    j = normalize({"model": dict(DIMS)})
     assert j["version"] == 1 and j["seed"] == 0
-    assert j["model"] == {"arch": "mlp", "hidden": [64], "activation": "relu"}
+    assert j["model"] == {"arch": "mlp", "hidden": [64], "activation": "relu", **DIMS}
     assert j["train"]["optimizer"] == "sgd" and j["train"]["lr"] == 0.05
     assert j["train"]["steps"] == 300 and j["train"]["batch_size"] == 32
     assert j["pol"] == {
@@ -38,7 +48,7 @@ def test_defaults() -> None:
 
 
 def test_normalize_does_not_mutate_its_input() -> None:
-    raw = {"train": {"lr": 1, "betas": [0, 0.5]}, "model": {"hidden": [3]}}
+    raw = {"train": {"lr": 1, "betas": [0, 0.5]}, "model": {"hidden": [3], **DIMS}}
     before = copy.deepcopy(raw)
     normalize(raw)
     assert raw == before
@@ -53,9 +63,9 @@ def test_numbers_are_normalised() -> None:
 
 
 def test_non_mlp_hidden_is_dropped() -> None:
-    a = _job(model={"arch": "linear", "hidden": [5]})
+    a = _job(model={"arch": "linear", "hidden": []})
     b = _job(model={"arch": "linear"})
-    assert a.model["hidden"] == [] and a.job_id == b.job_id
+    assert a.model["hidden"] == b.model["hidden"] == [] and a.job_id == b.job_id
 
 
 @pytest.mark.parametrize(
@@ -110,7 +120,7 @@ def test_non_mlp_hidden_is_dropped() -> None:
 )
 def test_bad_values_are_one_line_format_errors(raw: Any, match: str) -> None:
     with pytest.raises(FormatError, match=match) as ei:
-        normalize(raw)
+        normalize(_with_dims(raw))
     assert ei.value.reason == "JOB_MALFORMED"
     assert "\n" not in str(ei.value) and str(ei.value).startswith("job: ")
 
@@ -123,7 +133,7 @@ def test_bad_values_are_one_line_format_errors(raw: Any, match: str) -> None:
         ("model", {"hidden": [65]}),
         ("model", {"hidden": [64, 64]}),
         ("model", {"activation": "gelu"}),
-        ("model", {"arch": "linear"}),
+        ("model", {"arch": "linear", "hidden": []}),
         ("model", {"input_dim": 65}),
         ("model", {"output_dim": 11}),
         ("data", {"root": HEX}),

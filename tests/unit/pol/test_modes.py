@@ -21,7 +21,7 @@ BEACON = bytes(32)
     "kw",
     [
         pytest.param(dict(optimizer="adam"), id="adam"),
-        pytest.param(dict(arch="cnn", steps=8, interval=4), id="cnn"),
+        pytest.param(dict(arch="cnn", hidden=None, steps=8, interval=4), id="cnn"),
         pytest.param(dict(loss="mse", hidden=[6], train={"momentum": 0.0}), id="mse-no-momentum"),
         pytest.param(
             dict(hidden=[5, 4], model={"activation": "gelu"}, steps=7, interval=3),

@@ -14,7 +14,7 @@ from tests.helpers import WORKER, tiny_job
 from dk.errors import FormatError
 from dk.pol import Recorder, build_model, train_job
 from dk.pol.checkpoint import checkpoint_root, parse_blob
-from dk.pol.data import Dataset, load_dataset
+from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.models import build_torch_model
 from dk.pol.recorder import JobMismatch
 from dk.pol.replay import replay_interval
@@ -259,3 +259,21 @@ def test_prove_run_checks_the_job_and_refuses_overwrite(
     with pytest.raises(FileExistsError):
         prove_run(run, job, WORKER, tmp_path / "b2")
     assert len(json.loads((bundle / "manifest.json").read_text())["checkpoints"]) == 5
+
+
+@pytest.mark.parametrize(
+    "model, match",
+    [({"input_dim": 32}, "32 inputs"), ({"output_dim": 5}, "5 outputs, the data has 10 classes")],
+)
+def test_a_model_that_does_not_fit_the_data_is_refused(
+    job: Any, model: dict, match: str, tmp_path: Path
+) -> None:
+    bad = job.with_updates(model=model)
+    with pytest.raises(FormatError, match=match) as ei:
+        Recorder(bad, tmp_path / "run")
+    assert ei.value.reason == "JOB_MALFORMED"
+    assert not (tmp_path / "run").exists()
+    wider = job.with_updates(model={"output_dim": 12})  # spare logits are fine for cross-entropy
+    check_dims(wider, load_dataset(wider))
+    with pytest.raises(FormatError, match="mse targets need 10"):
+        check_dims(wider.with_updates(train={"loss": "mse"}), load_dataset(wider))
