@@ -97,7 +97,7 @@ def main(argv: list[str]) -> int:
     if run_demo is not None:
         step("8. one job through the market: order, bid, match, submit, verify, attest, release",
              "dk market …")
-        if not run_demo(bundle, job_path, work / "market", lambda s: console.print(s)):
+        if not run_demo(bundle, job_path, work / "market", lambda s: console.print(s), worker_key=key):
             console.print("[bold red]demo failed in the market[/]")
             return 1
 

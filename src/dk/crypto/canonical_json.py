@@ -25,8 +25,8 @@ def _check_text(s: str) -> None:
 
 
 def _check(value: Any, depth: int = 0) -> None:
-    if depth > MAX_DEPTH:
-        raise FormatError("JSON nested too deeply")
+    if isinstance(value, dict | list | tuple) and depth >= MAX_DEPTH:
+        raise FormatError(f"JSON nested deeper than {MAX_DEPTH}")
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):

@@ -98,12 +98,14 @@ def chain_problem(
     return None
 
 
-def connect(path: str | Path, *, durable: bool = True) -> sqlite3.Connection:
+def connect(path: str | Path, *, durable: bool = False) -> sqlite3.Connection:
     """Open the SQLite database in WAL mode, autocommit (transactions are explicit).
 
     Args:
         path: database file.
-        durable: ``synchronous=FULL`` (fsync on every commit) when True, else ``NORMAL``.
+        durable: ``synchronous=FULL`` (fsync on every commit) when True. The default,
+            ``NORMAL`` in WAL mode, is atomic and survives a killed process (SIGKILL test);
+            only the last commits can roll back on a power loss or OS crash.
 
     Returns:
         The connection.
@@ -170,7 +172,7 @@ class Ledger:
         self,
         path: str | Path,
         *,
-        durable: bool = True,
+        durable: bool = False,
         hook: Callable[[str], None] | None = None,
     ) -> None:
         self.path = Path(path)

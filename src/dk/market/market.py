@@ -61,7 +61,8 @@ class Market:
         replay: ``replay_interval``-compatible function (default: the verifier's).
         bls: BLS backend (default :class:`dk.market.attest.PyEccBls`).
         hook: test seam called inside each transaction just before its event is written.
-        durable: fsync every commit (``synchronous=FULL``).
+        durable: fsync every commit (``synchronous=FULL``); default ``NORMAL`` (WAL), which is
+            atomic and crash-safe for the process but may lose the last commits on power loss.
     """
 
     def __init__(
@@ -72,7 +73,7 @@ class Market:
         replay: Callable[..., Any] | None = None,
         bls: Any = None,
         hook: Callable[[str], None] | None = None,
-        durable: bool = True,
+        durable: bool = False,
     ) -> None:
         if not Path(path).is_file():
             raise MarketRefused("NOT_INITIALISED", f"{path} holds no market (run init)")

@@ -122,9 +122,9 @@ def model_tensors(ck: Mapping[str, np.ndarray]) -> Tensors:
 def update_norm(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float:
     """L2 norm (float64) of ``b - a`` over the model weights of two checkpoints."""
     total = 0.0
-    for k, va in a.items():
+    for k in sorted(a):  # fixed order: the float64 sum must not depend on dict order
         if k.startswith("model/"):
-            d = np.asarray(b[k], dtype=np.float64) - np.asarray(va, dtype=np.float64)
+            d = np.asarray(b[k], dtype=np.float64) - np.asarray(a[k], dtype=np.float64)
             total += float(np.dot(d.ravel(), d.ravel()))
     return float(np.sqrt(total))
 

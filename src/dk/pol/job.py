@@ -55,7 +55,7 @@ _DEFAULTS: dict[str, Any] = {
         "batch_size": 32,
         "compression": "",
     },
-    "pol": {"interval": 10, "mode": "exact", "tolerance": 0.0, "worker": ""},
+    "pol": {"interval": 10, "mode": "exact", "tolerance": 0.0, "worker": "", "backend": ""},
 }
 
 
@@ -111,6 +111,7 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     """Validate a parsed job and fill in defaults; returns the normal form (with ``data.path``)."""
     if not isinstance(raw, dict):
         raise _fail("top level must be a table")
+    given_hidden = raw.get("model", {}).get("hidden") if isinstance(raw.get("model"), dict) else None
     top = {k: v for k, v in raw.items() if not isinstance(v, dict)}
     job = _merge({k: v for k, v in _DEFAULTS.items() if not isinstance(v, dict)}, top, "")
     for sec in ("model", "data", "train", "pol"):
@@ -144,7 +145,15 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         )):
             raise _fail("model.input_shape must be [C, H, W]")
     if m["arch"] != "mlp":
+        if given_hidden:
+            raise _fail(f"model.hidden is only for the mlp, not {m['arch']}")
         m["hidden"] = []
+    if "output_dim" not in m:
+        raise _fail("model.output_dim is required (`dk job init` fills it in)")
+    if m["arch"] == "cnn" and "input_shape" not in m:
+        raise _fail("model.input_shape [C, H, W] is required for the cnn")
+    if m["arch"] != "cnn" and "input_dim" not in m:
+        raise _fail("model.input_dim is required (`dk job init` fills it in)")
     if m["arch"] == "cnn" and "input_shape" in m and (m["input_shape"][1] % 4 or m["input_shape"][2] % 4):
         raise _fail("cnn input height and width must be divisible by 4")
 
@@ -191,6 +200,15 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     _int(p, "interval", 1, MAX_STEPS)
     p["tolerance"] = _float(p, "tolerance", 0.0, 1e6)
     p["worker"] = _hex_or_empty(p, "worker")
+    # backend: "dk" = reproducible kernels (exact mode's default), "torch" = PyTorch on one
+    # thread (the only choice in tolerant/zk mode, and for compressed training).
+    if p["backend"] == "":
+        p["backend"] = "dk" if p["mode"] == "exact" and not t["compression"] else "torch"
+    _choice(p, "backend", ("dk", "torch"))
+    if p["backend"] == "dk" and p["mode"] != "exact":
+        raise _fail("pol.backend = 'dk' (reproducible kernels) is for exact mode")
+    if p["backend"] == "dk" and t["compression"]:
+        raise _fail("compressed training runs on pol.backend = 'torch'")
     p["init_root"] = _hex_or_empty(p, "init_root")
     if p["mode"] == "tolerant" and p["tolerance"] <= 0.0:
         raise _fail("pol.tolerance must be > 0 in tolerant mode (run `dk calibrate`)")

@@ -29,7 +29,7 @@ def default_job(*, arch: str = "mlp", mode: str = "exact", steps: int = 300, int
         "train": {"optimizer": optimizer, "loss": loss, "steps": steps, "batch_size": batch_size},
         "pol": {"interval": interval, "mode": mode},
     }
-    if hidden is not None:
+    if hidden is not None and arch == "mlp":
         raw["model"]["hidden"] = hidden
     if data_path:
         raw["data"]["path"] = data_path
@@ -43,7 +43,9 @@ def default_job(*, arch: str = "mlp", mode: str = "exact", steps: int = 300, int
         raw["pol"]["tolerance"] = 1e-3
     for sec, values in extra.items():
         raw.setdefault(sec, {}).update(values)
-    provisional = JobSpec(normalize({**raw, "model": {**raw["model"], "input_dim": 1, "output_dim": 1}}), base_dir)
+    probe_model = {**raw["model"], "output_dim": 1}
+    probe_model.setdefault("input_shape" if arch == "cnn" else "input_dim", [1, 4, 4] if arch == "cnn" else 1)
+    provisional = JobSpec(normalize({**raw, "model": probe_model}), base_dir)
     ds = load_dataset(provisional)
     raw["model"]["output_dim"] = ds.output_dim
     if arch == "cnn":

@@ -54,6 +54,10 @@ class _RecordedOptimizer:
 
     def step(self, closure: Any = None) -> Any:
         rec = self._recorder
+        if rec.kernels is not None:  # exact mode on dk's kernels: they do the whole step
+            rec._kernel_step()
+            rec._on_step()
+            return None
         if rec.codec is not None and rec._model is not None:  # compressed job: SPEC Part III
             rec.codec.compress_grads_(rec._model.named_parameters())
         out = self._inner.step(closure)
@@ -104,6 +108,9 @@ class Recorder:
         self._error: BaseException | None = None
         self._det = deterministic(1 if self.job.mode in ("exact", "zk") else None)
         self.codec = make_codec(self.job)
+        from dk.pol.kernel_adapter import KernelSession, uses_kernels
+
+        self.kernels = KernelSession(self.job) if uses_kernels(self.job) else None
         self.info = RunInfo(
             job_id=self.job.job_id.hex(), data_root=self.dataset.root().hex(),
             interval=self.job.interval, steps=self.job.steps,
@@ -173,8 +180,21 @@ class Recorder:
     # -- recording ---------------------------------------------------------------------
     def _snap(self, index: int, step: int) -> None:
         assert self._model is not None and self._opt is not None
-        ck = snapshot(self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec)
+        if self.kernels is not None:
+            ck = self.kernels.snapshot(step, self.sampler.steps_per_epoch)
+        else:
+            ck = snapshot(self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec)
         self._put((index, step, ck))
+
+    def _kernel_step(self) -> None:
+        """Exact mode on the kernels: advance the NumPy state on this step's batch and mirror
+        the new weights into the user's torch model (its own gradients are not used)."""
+        assert self.kernels is not None and self._model is not None
+        idx = self.sampler.batch(self.step)
+        self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
+        with torch.no_grad():
+            for name, p in self._model.named_parameters():
+                p.copy_(torch.from_numpy(self.kernels.params[name]))
 
     def _put(self, item: Any) -> None:
         while True:

@@ -28,8 +28,11 @@ class Replayer:
         from dk.pol.models import build_torch_model
         from dk.pol.torch_adapter import make_loss, make_optimizer
 
+        from dk.pol.kernel_adapter import KernelSession, uses_kernels
+
         self.job, self.dataset, self.threads = job, dataset, threads
         self.sampler = job_sampler(job, len(dataset))
+        self.kernels = KernelSession(job) if uses_kernels(job) else None
         self.model = build_torch_model(job.model)
         self.optimizer = make_optimizer(job, self.model.parameters())
         self.loss_fn = make_loss(job, dataset.output_dim)
@@ -46,6 +49,12 @@ class Replayer:
             train_step,
         )
 
+        if self.kernels is not None:  # exact mode on dk's kernels (SPEC Part II)
+            self.kernels.restore(start)
+            for t in range(start_step, end_step):
+                idx = self.sampler.batch(t)
+                self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
+            return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
         codec = make_codec(self.job)  # fresh state machine; its state comes from ``start``
         hook = compress_hook(codec)
         with deterministic(self.threads):

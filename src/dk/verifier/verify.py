@@ -145,10 +145,14 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
         _fatal(rep, "job", e, Reason.JOB_MALFORMED)
     rep.mode = job.mode
     try:
-        man: Manifest = parse_manifest(_read_bounded(
-            bundle / "manifest.json", MAX_MANIFEST_BYTES, Reason.MANIFEST_MISSING, Reason.MANIFEST_TOO_LARGE))
+        raw_manifest = _read_bounded(bundle / "manifest.json", MAX_MANIFEST_BYTES,
+                                     Reason.MANIFEST_MISSING, Reason.MANIFEST_TOO_LARGE)
+        man: Manifest = parse_manifest(raw_manifest)
     except FormatError as e:
         _fatal(rep, "manifest", e, Reason.MANIFEST_MALFORMED)
+    if raw_manifest != man.to_bytes():  # SPEC §11.2: the manifest is canonical JSON
+        rep.fail("manifest", Reason.MANIFEST_MALFORMED, "manifest.json is not canonical JSON")
+        raise _Reject
     rep.passed("manifest")
     m = man.raw
     rep.job_id, rep.worker_key, rep.transcript_root = m["job_id"], m["worker_key"], m["transcript_root"]
@@ -160,14 +164,15 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
         raise _Reject
     rep.passed("transcript_root")
     try:
-        sig_text = _read_bounded(bundle / "signature.hex", MAX_SIGNATURE_FILE,
-                                 Reason.SIGNATURE_MISSING, Reason.SIGNATURE_INVALID).decode("ascii").strip()
-        sig = bytes.fromhex(sig_text)
+        sig_raw = _read_bounded(bundle / "signature.hex", MAX_SIGNATURE_FILE,
+                                Reason.SIGNATURE_MISSING, Reason.SIGNATURE_INVALID)
     except FormatError as e:
         _fatal(rep, "signature", e, Reason.SIGNATURE_INVALID)
-    except (UnicodeDecodeError, ValueError):
-        rep.fail("signature", Reason.SIGNATURE_INVALID, "signature.hex is not hex")
+    sig_text = sig_raw[:-1] if sig_raw.endswith(b"\n") else sig_raw
+    if len(sig_text) != 128 or not set(sig_text) <= set(b"0123456789abcdef"):  # SPEC §11.3
+        rep.fail("signature", Reason.SIGNATURE_INVALID, "signature.hex must be 128 lowercase hex characters")
         raise _Reject
+    sig = bytes.fromhex(sig_text.decode("ascii"))
     key = VerifyKey(man.worker_key)
     if not key.verify(sig, signing_digest(man.job_id, man.transcript_root, man.worker_key)):
         rep.fail("signature", Reason.SIGNATURE_INVALID, "Ed25519 signature does not verify")

@@ -53,9 +53,9 @@ def _nest(depth: int) -> object:
 
 
 def test_depth_limit() -> None:
-    canonical_json(_nest(MAX_DEPTH))
-    with pytest.raises(FormatError, match="deeply"):
-        canonical_json(_nest(MAX_DEPTH + 2))
+    canonical_json(_nest(MAX_DEPTH))  # 32 nested arrays: allowed
+    with pytest.raises(FormatError, match="deeper than"):
+        canonical_json(_nest(MAX_DEPTH + 1))  # 33: "deeper than 32" (SPEC §1.3)
 
 
 def test_parse_round_trip() -> None:

@@ -1,0 +1,65 @@
+"""Exact mode on dk's reproducible kernels (SPEC Part II): a NumPy training session.
+
+A :class:`KernelSession` holds the parameters and optimizer state of a job as NumPy arrays
+and advances them with :class:`dk.pol.exact.ExactTrainer`, whose every reduction has a fixed
+order. Checkpoints use the same names as the PyTorch path (SPEC §10.1), so the transcript,
+prover and verifier are unchanged; only the arithmetic differs, and it gives the same bits on
+any thread count, CPU or GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from dk.pol.checkpoint import Tensors, hparam_tensors, meta_tensors
+from dk.pol.models import init_params
+
+
+def uses_kernels(job: Any) -> bool:
+    """True when the job trains and replays on dk's reproducible kernels."""
+    return job.mode == "exact" and job.pol.get("backend", "dk") == "dk"
+
+
+def optimizer_spec(job: Any) -> dict[str, Any]:
+    """The job's optimizer in :class:`ExactTrainer` form."""
+    t = job.train
+    if t["optimizer"] == "sgd":
+        return {"name": "sgd", "lr": t["lr"], "momentum": t["momentum"], "weight_decay": t["weight_decay"]}
+    return {"name": "adam", "lr": t["lr"], "betas": list(t["betas"]), "eps": t["eps"],
+            "weight_decay": t["weight_decay"]}
+
+
+class KernelSession:
+    """Parameters and optimizer state of one job, advanced by the exact kernels."""
+
+    def __init__(self, job: Any, *, device: str = "cpu") -> None:
+        from dk.pol.exact import ExactTrainer
+
+        self.job = job
+        self.trainer = ExactTrainer(job.model, optimizer_spec(job), job.train["loss"], device=device)
+        self.params: dict[str, np.ndarray] = {k: np.ascontiguousarray(v) for k, v in init_params(job.model, job.seed).items()}
+        self.state: dict[str, np.ndarray] = {}
+
+    def restore(self, ck: Mapping[str, np.ndarray]) -> None:
+        """Load ``model/*`` and ``optim/<param>/*`` tensors of a checkpoint (copies)."""
+        self.params = {name: np.array(ck[f"model/{name}"], dtype=np.float32, order="C")
+                       for name in self.trainer.param_shapes()}
+        self.state = {}
+        for key, value in ck.items():
+            if key.startswith("optim/") and key.count("/") >= 2:
+                self.state[key[len("optim/"):]] = np.array(value, dtype=np.float32, order="C")
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        """One training step on a batch; returns the batch loss before the update."""
+        return self.trainer.step(self.params, self.state, np.ascontiguousarray(x, dtype=np.float32), y)
+
+    def snapshot(self, step: int, steps_per_epoch: int) -> Tensors:
+        """The checkpoint at ``step`` (SPEC §10.1)."""
+        ck: Tensors = {f"model/{k}": v.copy() for k, v in self.params.items()}
+        ck.update({f"optim/{k}": np.array(v, dtype=np.float32) for k, v in self.state.items()})
+        ck.update(hparam_tensors(self.job))
+        ck.update(meta_tensors(self.job, step, steps_per_epoch))
+        return ck
