@@ -43,6 +43,7 @@ def test_defaults() -> None:
         "tolerance": 0.0,
         "worker": "",
         "init_root": "",
+        "backend": "dk",
     }
     assert j["data"] == {"dataset": "digits", "root": ""}
 
@@ -207,6 +208,24 @@ def test_load_job_errors(tmp_path: Path) -> None:
     bad.write_text("name = '" + "x" * 70_000 + "'")
     with pytest.raises(FormatError, match="bytes"):
         load_job(bad)
+
+
+def test_backend_defaults_and_refusals() -> None:
+    assert _job().pol["backend"] == "dk"
+    assert _job(pol={"mode": "tolerant", "tolerance": 0.1}).pol["backend"] == "torch"
+    assert _job(pol={"mode": "zk"}).pol["backend"] == "torch"
+    assert _job(train={"compression": "topk:0.01"}).pol["backend"] == "torch"
+    torch_job = _job(pol={"backend": "torch"})
+    assert torch_job.pol["backend"] == "torch" and torch_job.job_id != _job().job_id
+    for bad, match in [
+        ({"backend": "jax"}, "backend"),
+        ({"backend": "dk", "mode": "tolerant", "tolerance": 0.1}, "exact mode"),
+        ({"backend": "dk", "mode": "zk"}, "exact mode"),
+    ]:
+        with pytest.raises(FormatError, match=match):
+            _job(pol=bad)
+    with pytest.raises(FormatError, match="compressed"):
+        _job(pol={"backend": "dk"}, train={"compression": "topk:0.01"})
 
 
 def test_checkpoint_steps() -> None:

@@ -61,10 +61,31 @@ def test_train_job_run_directory(job: Any, reference: tuple[Path, RunInfo]) -> N
     )
 
 
+@pytest.fixture(scope="module", params=["dk", "torch"])
+def backend_run(
+    request: pytest.FixtureRequest,
+    job: Any,
+    reference: tuple[Path, RunInfo],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Any, Path, RunInfo]:
+    """The tiny job on each exact-mode backend (dk kernels, torch on one thread), trained once."""
+    if request.param == job.pol["backend"]:
+        return (job, *reference)
+    other = tiny_job(pol={"backend": request.param})
+    run = tmp_path_factory.mktemp(request.param) / "run"
+    return other, run, train_job(other, run)
+
+
+def test_backends_are_distinct_jobs(backend_run: tuple[Any, Path, RunInfo], job: Any) -> None:
+    bjob, _, info = backend_run
+    assert bjob.mode == "exact" and info.job_id == bjob.job_id.hex()
+    assert (bjob.job_id == job.job_id) == (bjob.pol["backend"] == job.pol["backend"])
+
+
 def test_user_loop_matches_train_job(
-    job: Any, reference: tuple[Path, RunInfo], tmp_path: Path
+    backend_run: tuple[Any, Path, RunInfo], tmp_path: Path
 ) -> None:
-    _, ref = reference
+    job, _, ref = backend_run
     with Recorder(job, tmp_path / "user") as rec:
         model = build_model(job)
         model, opt, loader = rec.attach(model=model, optimizer=_sgd(job, model))
@@ -80,8 +101,8 @@ def test_user_loop_matches_train_job(
     ]
 
 
-def test_replay_reproduces_every_committed_root(job: Any, reference: tuple[Path, RunInfo]) -> None:
-    run, info = reference
+def test_replay_reproduces_every_committed_root(backend_run: tuple[Any, Path, RunInfo]) -> None:
+    job, run, info = backend_run
     ds = load_dataset(job)
     for iv in info.intervals:
         start = parse_blob(
