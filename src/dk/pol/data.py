@@ -9,6 +9,7 @@ data root is the Merkle root over the ``n`` leaves.
 from __future__ import annotations
 
 import zipfile
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -86,11 +87,16 @@ def load_npz(path: Path) -> Dataset:
     if path.stat().st_size > MAX_NPZ_BYTES:
         raise FormatError(f"dataset {path} is over {MAX_NPZ_BYTES} bytes")
     try:
-        with np.load(path, allow_pickle=False) as z:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):  # a bare .npy array under an .npz name
+            raise FormatError(f"{path}: not an .npz archive (expected arrays X and y)")
+        with z:
             if set(z.files) != {"X", "y"}:
                 raise FormatError(f"{path}: expected exactly arrays X and y, found {z.files}")
             X, y = z["X"], z["y"]
-    except (ValueError, OSError, zipfile.BadZipFile) as e:
+    except FormatError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
         raise FormatError(f"{path}: not a readable .npz: {e}") from None
     if X.ndim < 2 or X.shape[0] != y.shape[0] or not 0 < X.shape[0] <= MAX_SAMPLES:
         raise FormatError(f"{path}: X must be (n, ...) and y (n, ...) with matching n")

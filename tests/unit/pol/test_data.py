@@ -117,6 +117,18 @@ def test_load_npz_refuses_non_npz_and_missing(tmp_path: Path) -> None:
     p.write_bytes(b"PK\x03\x04 not really a zip")
     with pytest.raises(FormatError, match="readable"):
         load_npz(p)
+    with open(p, "wb") as f:  # a bare .npy array saved under an .npz name
+        np.save(f, np.zeros((4, 2), np.float32))
+    with pytest.raises(FormatError, match=r"not an \.npz archive"):
+        load_npz(p)
+    X, y = _xy()
+    np.savez_compressed(p, X=X, y=y)
+    data = bytearray(p.read_bytes())
+    for i in range(60, len(data) - 200, 37):  # corrupt the compressed member bodies
+        data[i] ^= 0xFF
+    p.write_bytes(bytes(data))
+    with pytest.raises(FormatError):
+        load_npz(p)
     with pytest.raises(FormatError, match="not found") as ei:
         load_npz(tmp_path / "missing.npz")
     assert ei.value.reason == "DATA_MISMATCH"
