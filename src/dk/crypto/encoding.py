@@ -104,6 +104,8 @@ def iter_chunks(tensors: Mapping[str, np.ndarray], chunk_size: int = CHUNK_SIZE)
     memoryview | bytes
 ]:
     """Yield the canonical stream in ``chunk_size`` pieces without copying large tensors."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     pending = bytearray()
     for seg in _segments(tensors):
         pos = 0

@@ -93,12 +93,15 @@ class SigningKey:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the key file (mode 0600) and ``<path>.pub`` beside it; never overwrite."""
         p = Path(path)
-        if p.exists():
-            raise FileExistsError(f"{p} exists; refusing to overwrite a key")
+        pub = Path(str(p) + ".pub")
+        for q in (p, pub):
+            if q.exists() or q.is_symlink():
+                raise FileExistsError(f"{q} exists; refusing to overwrite a key")
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(SECRET_PREFIX + self._seed.hex() + "\n")
-        Path(str(p) + ".pub").write_text(PUBLIC_PREFIX + self.verify_key.hex() + "\n")
+        with open(pub, "x") as f:
+            f.write(PUBLIC_PREFIX + self.verify_key.hex() + "\n")
 
     def __repr__(self) -> str:
         return f"SigningKey(public={self.verify_key.hex()[:16]}…)"

@@ -148,6 +148,12 @@ def test_threads_do_not_change_the_root() -> None:
     )
 
 
+def test_chunk_size_must_be_positive() -> None:
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="chunk_size"):
+            tensors_root({"a": np.zeros(3, np.float32)}, chunk_size=bad)
+
+
 def test_non_contiguous_and_empty_inputs() -> None:
     x = np.arange(12, dtype=np.float64).reshape(3, 4)
     assert encode_tensors({"x": x.T}) == encode_tensors({"x": np.ascontiguousarray(x.T)})

@@ -84,6 +84,12 @@ def test_save_refuses_to_overwrite(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError):
         SigningKey(SEED).save(path)
     assert path.read_text() == "precious"
+    # a stray public key file is not silently replaced either, and no secret is written
+    (tmp_path / "k2.pub").write_text("someone else's key")
+    with pytest.raises(FileExistsError):
+        SigningKey(SEED).save(tmp_path / "k2")
+    assert not (tmp_path / "k2").exists()
+    assert (tmp_path / "k2.pub").read_text() == "someone else's key"
 
 
 @pytest.mark.parametrize(
