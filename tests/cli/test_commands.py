@@ -290,3 +290,74 @@ def test_console_script_exit_codes_and_one_line_errors(work: Path, tmp_path: Pat
         ok.returncode == 0
         and json.loads(ok.stdout)["job_id"] == load_job(work / "job.toml").job_id.hex()
     )
+
+
+def test_npz_job_through_the_cli(tmp_path: Path) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data"
+    data.mkdir()
+    np.savez(data / "d.npz", X=rng.standard_normal((40, 6)).astype(np.float32), y=np.arange(40) % 4)
+    job = tmp_path / "job.toml"
+    r = dk(
+        "job",
+        "init",
+        "--model",
+        "linear",
+        "--dataset",
+        data / "d.npz",
+        "--steps",
+        "4",
+        "--interval",
+        "2",
+        "--batch-size",
+        "8",
+        "--out",
+        job,
+    )
+    assert r.exit_code == 0, (r.output, r.exception)
+    spec = load_job(job)
+    assert (
+        spec.data["path"] == "data/d.npz"
+        and spec.model["input_dim"] == 6
+        and spec.model["output_dim"] == 4
+    )
+    for args in (
+        ("keygen", "--out", tmp_path / "k"),
+        ("train", job, "--out", tmp_path / "run", "--json"),
+        (
+            "prove",
+            tmp_path / "run",
+            "--job",
+            job,
+            "--key",
+            tmp_path / "k",
+            "--out",
+            tmp_path / "b",
+            "--json",
+        ),
+        ("verify", tmp_path / "b", "--job", job, "--beacon", BEACON, "--json"),
+    ):
+        r = dk(*args)
+        assert r.exit_code == 0, (args, r.output, r.exception)
+    assert json.loads(r.output)["challenged"] == [0, 1]
+    r = dk("job", "init", "--dataset", tmp_path / "missing.npz", "--out", tmp_path / "j2.toml")
+    assert isinstance(r.exception, FormatError) and "not found" in str(r.exception)
+
+
+def test_prove_refuses_an_incomplete_run(work: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(work / "run", run)
+    (run / "run.json").unlink()
+    r = dk(
+        "prove",
+        run,
+        "--job",
+        work / "job.toml",
+        "--key",
+        work / "worker.key",
+        "--out",
+        tmp_path / "b",
+    )
+    assert isinstance(r.exception, FormatError) and "incomplete" in str(r.exception)
