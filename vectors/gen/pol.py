@@ -88,15 +88,22 @@ VALID_JOBS = [
         "interval = 3\nworker = '" + "ab" * 32 + "'\n",
     ),
     (
-        "linear: model.hidden normalised to []",
-        "[model]\narch = 'linear'\nhidden = [5]\ninput_dim = 4\noutput_dim = 3\n",
+        "linear: an empty model.hidden is allowed",
+        "[model]\narch = 'linear'\nhidden = []\ninput_dim = 4\noutput_dim = 3\n",
     ),
+    ("exact mode on the torch backend", DIMS + "[pol]\nbackend = 'torch'\n"),
+    ("compressed job: codec spelled canonically", DIMS + "[train]\ncompression = 'topk:0.01'\n"),
     ("cnn with input_shape", "[model]\narch = 'cnn'\ninput_shape = [1, 8, 8]\noutput_dim = 10\n"),
     ("non-ASCII name", "name = 'r\u00e9seau \u2014 \u6570\u5b57'\n" + DIMS),
 ]
 
 INVALID_JOBS = [
     ("unknown top-level key", "colour = 'red'\n" + DIMS),
+    ("model.hidden on a linear model", "[model]\narch = 'linear'\nhidden = [5]\ninput_dim = 4\noutput_dim = 3\n"),
+    ("missing model.output_dim", "[model]\ninput_dim = 4\n"),
+    ("kernels backend in tolerant mode", DIMS + "[pol]\nmode = 'tolerant'\ntolerance = 0.1\nbackend = 'dk'\n"),
+    ("unknown backend", DIMS + "[pol]\nbackend = 'jax'\n"),
+    ("powersgd is not replayable", DIMS + "[train]\ncompression = 'powersgd:rank=2'\n"),
     ("unknown table", DIMS + "[extra]\na = 1\n"),
     ("unknown key in [model]", DIMS + "depth = 3\n"),
     ("unknown key in [train]", DIMS + "[train]\nnesterov = true\n"),

@@ -286,6 +286,9 @@ class JobSpec:
         raw = copy.deepcopy(self.spec)
         for sec, upd in sections.items():
             raw[sec].update(upd)
+        touched = set(sections.get("train", {})) | set(sections.get("pol", {}))
+        if touched & {"compression", "mode"} and "backend" not in sections.get("pol", {}):
+            raw["pol"]["backend"] = ""  # re-derive the default backend for the new mode/codec
         return JobSpec(normalize(raw), self.base_dir)
 
     def to_toml(self) -> str:
