@@ -1,7 +1,7 @@
 """Generate ``vectors/market/``: signed request envelopes, the event-hash chain, attestations.
 
 Deterministic: fixed Ed25519 seeds, fixed nonces, a fixed market salt and injected time, so a
-rerun leaves ``git diff`` empty. Spec: docs/spec/market.md.
+rerun leaves ``git diff`` empty. Spec: SPEC.md Part V.
 """
 
 from __future__ import annotations

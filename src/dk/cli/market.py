@@ -94,7 +94,7 @@ KEY = click.option("--key", "keyfile", required=True, type=click.Path(exists=Tru
 
 @click.group(short_help="Orders, bids, escrow, results, challenges, audit")
 def market() -> None:
-    """A small market that pays only for verified training (spec: docs/spec/market.md)."""
+    """A small market that pays only for verified training (spec: SPEC.md Part V)."""
 
 
 @market.command(short_help="Create a ledger")

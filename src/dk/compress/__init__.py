@@ -1,4 +1,4 @@
-"""Gradient compression for data-parallel workers (docs/spec/compress.md).
+"""Gradient compression for data-parallel workers (SPEC.md Part III).
 
 Codecs (top-k with error feedback and DGC momentum correction, int8/int4 block quantization,
 QSGD, PowerSGD through PyTorch's hook), a versioned wire format, a stateful compressed step

@@ -1,4 +1,4 @@
-"""Gradient codecs and their spec strings (docs/spec/compress.md §2, §5).
+"""Gradient codecs and their spec strings (SPEC.md Part III §2, §5).
 
 A codec turns a float32 tensor into a :class:`~dk.compress.wire.Compressed` message and back.
 Codecs are stateless; error feedback, momentum correction and the generator counter live in

@@ -1,4 +1,4 @@
-"""DistributedDataParallel communication hooks (docs/spec/compress.md §6).
+"""DistributedDataParallel communication hooks (SPEC.md Part III §6).
 
 ``model.register_comm_hook(*ddp_hook("topk:0.01"))``. For every codec but PowerSGD each rank
 compresses its gradient bucket (with its own error feedback), the ranks exchange the encoded

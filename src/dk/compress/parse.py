@@ -1,4 +1,4 @@
-"""Parse codec spec strings such as ``"topk:0.01"`` (docs/spec/compress.md §2).
+"""Parse codec spec strings such as ``"topk:0.01"`` (SPEC.md Part III §2).
 
 Grammar (ASCII, at most 200 characters, no spaces)::
 

@@ -1,4 +1,4 @@
-"""NumPy reference kernels of the gradient codecs (docs/spec/compress.md §3).
+"""NumPy reference kernels of the gradient codecs (SPEC.md Part III §3).
 
 Every function here has a twin in :mod:`dk.compress._kernels` (Numba CPU) with the same name
 suffix ``_numba`` and the same signature; some also have a CUDA twin in

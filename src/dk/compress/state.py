@@ -2,7 +2,7 @@
 
 :class:`CompressedSGDStep` turns per-parameter gradients into what the receiving side sees
 (``decompress(compress(...))``) and keeps the codec state that makes compressed training
-replayable (docs/spec/compress.md §5). Its :meth:`~CompressedSGDStep.state_dict` is a flat
+replayable (SPEC.md Part III §5). Its :meth:`~CompressedSGDStep.state_dict` is a flat
 ``dict[str, np.ndarray]`` meant to be stored in each checkpoint::
 
     compress/<param>/residual   float32, the parameter's shape (error feedback / DGC v)

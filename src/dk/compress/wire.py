@@ -1,4 +1,4 @@
-"""Versioned wire format of one compressed tensor (docs/spec/compress.md §4).
+"""Versioned wire format of one compressed tensor (SPEC.md Part III §4).
 
 Layout (all integers little-endian)::
 

@@ -1,4 +1,4 @@
-"""dk.market: a small market that pays only for verified training (spec: docs/spec/market.md).
+"""dk.market: a small market that pays only for verified training (spec: SPEC.md Part V).
 
 Ledger in SQLite (WAL) with a hash-chained event log; Ed25519-signed requests; orders, bids and
 price-time matching; escrow; results verified by the market and attested by k of n validators

@@ -1,4 +1,4 @@
-"""Market refusals: one exception carrying a stable reason code (spec: docs/spec/market.md §7)."""
+"""Market refusals: one exception carrying a stable reason code (spec: SPEC.md Part V §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Check ``vectors/compress/`` with the library (docs/spec/compress.md)."""
+"""Check ``vectors/compress/`` with the library (SPEC.md Part III)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Check ``vectors/market/`` with the library (docs/spec/market.md)."""
+"""Check ``vectors/market/`` with the library (SPEC.md Part V)."""
 
 from __future__ import annotations
 
