@@ -3,7 +3,7 @@
 Each case gives a registry model, optimizer and loss, a start checkpoint (the registry
 initialisation for ``init_seed``, whose root is listed), a list of batches (float32 ``x`` as
 little-endian hex, int64 labels) and the root expected after one exact step per batch. The root
-is ``checkpoint_root`` over the ``model/<param>`` and ``optim/<state key>`` tensors (SPEC exact
+is ``checkpoint_root`` over the ``model/<param>`` and ``optim/<state key>`` tensors (SPEC II
 §5 names). Valid cases must match; invalid ones (a root whose checkpoint differs by one ulp in
 one weight) must not, with reason ``REPLAY_MISMATCH``.
 """

@@ -1,4 +1,4 @@
-"""Fixed-arithmetic exp / log / erf against float64 (SPEC exact §4): ulp bounds asserted."""
+"""Fixed-arithmetic exp / log / erf against float64 (SPEC II §4): ulp bounds asserted."""
 
 from __future__ import annotations
 

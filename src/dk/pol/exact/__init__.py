@@ -1,4 +1,4 @@
-"""Exact mode: reproducible float32 training kernels (SPEC exact).
+"""Exact mode: reproducible float32 training kernels (SPEC II).
 
 Every reduction has a fixed order, no multiply is fused into an add, and ``exp``/``log``/``erf``
 are computed with fixed arithmetic, so one training step gives the same bits on any thread

@@ -1,4 +1,4 @@
-"""Numba CPU kernels of exact mode (SPEC exact §3-§5).
+"""Numba CPU kernels of exact mode (SPEC II §3-§5).
 
 Every kernel writes into caller-owned float32 buffers and computes each output element with the
 sequence of float32 operations that the spec fixes for it. Work is split across threads only
@@ -35,7 +35,7 @@ _adam = _f["adam32"]
 
 @njit(parallel=True, cache=True)
 def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:  # pragma: no cover - jitted
-    """``c[i, j] = sum_k a[i, k] * b[k, j]`` in the blocked order (SPEC exact §3).
+    """``c[i, j] = sum_k a[i, k] * b[k, j]`` in the blocked order (SPEC II §3).
 
     ``a`` may be any strided view (e.g. ``w.T``); ``b`` and ``c`` are C-contiguous. Each element
     is ``((+0 + t_0) + t_1) + ...`` over blocks of ``BLOCK`` consecutive ``k``, each block partial
@@ -106,7 +106,7 @@ def add_bias_rows(c: np.ndarray, bias: np.ndarray) -> None:  # pragma: no cover 
 
 @njit(cache=True)
 def sum_blocked(v: np.ndarray) -> np.float32:  # pragma: no cover - jitted
-    """Blocked sum of a 1-D float32 array (SPEC exact §3)."""
+    """Blocked sum of a 1-D float32 array (SPEC II §3)."""
     total = ZERO
     n = v.shape[0]
     for k0 in range(0, n, BLOCK):
@@ -154,7 +154,7 @@ def gelu_bwd(z: np.ndarray, dh: np.ndarray, dz: np.ndarray) -> None:  # pragma: 
 
 @njit(cache=True)
 def softmax_ce(zt, y, dzt, losses) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
-    """Per-sample softmax cross-entropy on logits ``zt`` (classes, batch) (SPEC exact §4.3).
+    """Per-sample softmax cross-entropy on logits ``zt`` (classes, batch) (SPEC II §4.3).
 
     Writes ``losses[b] = (max + log(sum exp(z - max))) - z[y_b]`` and
     ``dzt[c, b] = (exp(z_c - max) / sum - [c == y_b]) / batch``.
@@ -280,14 +280,14 @@ def maxpool_bwd(dout, idx, dx) -> None:  # type: ignore[no-untyped-def]  # pragm
 
 @njit(cache=True)
 def sgd_update(p, g, buf, lr, momentum, wd, flags) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
-    """SGD on flat float32 arrays in place (SPEC exact §5.1); ``flags`` as in ``_math.sgd32``."""
+    """SGD on flat float32 arrays in place (SPEC II §5.1); ``flags`` as in ``_math.sgd32``."""
     for i in range(p.shape[0]):
         p[i], buf[i] = _sgd(p[i], g[i], buf[i], lr, momentum, wd, flags)
 
 
 @njit(cache=True)
 def adam_update(p, g, m, v, hyper, flags) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
-    """Adam on flat float32 arrays in place (SPEC exact §5.2); ``hyper`` as in ``_math.adam32``."""
+    """Adam on flat float32 arrays in place (SPEC II §5.2); ``hyper`` as in ``_math.adam32``."""
     for i in range(p.shape[0]):
         p[i], m[i], v[i] = _adam(p[i], g[i], m[i], v[i], hyper, flags)
 

@@ -1,4 +1,4 @@
-"""Numba CUDA kernels of exact mode: one thread per output element (SPEC exact §3-§6).
+"""Numba CUDA kernels of exact mode: one thread per output element (SPEC II §3-§6).
 
 Each thread performs, for its element, the same float32 operation sequence as the CPU kernel
 in ``_cpu``, so the two give identical bits. Three compiler facts make that hold on a GPU:

@@ -1,4 +1,4 @@
-"""Scalar float32 arithmetic of exact mode, written once for every target (SPEC exact §4).
+"""Scalar float32 arithmetic of exact mode, written once for every target (SPEC II §4).
 
 Every function here is plain Python over ``numpy.float32`` scalars that uses only IEEE-754
 operations that are correctly rounded on every platform (``+ - * /``, ``sqrt``, comparisons,
@@ -40,7 +40,7 @@ SQRT2 = F(1.4142135623730951)
 INV_SQRT2 = F(0.7071067811865476)
 INV_SQRT_2PI = F(0.3989422804014327)
 
-#: Block length of every reduction (SPEC exact §3): sums run sequentially inside blocks of
+#: Block length of every reduction (SPEC II §3): sums run sequentially inside blocks of
 #: ``BLOCK`` consecutive terms, and the block partials are added sequentially.
 BLOCK = 32
 

@@ -1,4 +1,4 @@
-"""Exact-mode optimizers: SGD with momentum and Adam, float32 state (SPEC exact §5).
+"""Exact-mode optimizers: SGD with momentum and Adam, float32 state (SPEC II §5).
 
 Hyperparameters are rounded to float32 once. Adam's bias corrections ``1 - beta**t`` are
 computed on the host in float64 by exponentiation by squaring (only correctly rounded

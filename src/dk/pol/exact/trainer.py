@@ -1,4 +1,4 @@
-"""ExactTrainer: one reproducible training step of a registry model (SPEC exact §2-§5).
+"""ExactTrainer: one reproducible training step of a registry model (SPEC II §2-§5).
 
 The step is written once against a backend (``_cpu.CpuBackend`` or ``_cuda.CudaBackend``) whose
 operations each fix the float32 operation order of every output element, so the updated
@@ -122,7 +122,7 @@ class ExactTrainer:
         x: np.ndarray,
         y: np.ndarray,
     ) -> float:
-        """One training step; updates ``params`` and ``state`` in place (SPEC exact §2).
+        """One training step; updates ``params`` and ``state`` in place (SPEC II §2).
 
         Args:
             params: name -> float32 C-contiguous array (torch naming and shapes).
