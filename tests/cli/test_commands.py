@@ -250,7 +250,9 @@ def test_calibrate_json(work: Path) -> None:
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert len(d["rows"]) == 2 and d["recommended_tolerance"] >= 1e-6
-    assert dk("calibrate", work / "job.toml", "--threads", "one").exit_code == 2
+    for bad in ("one", "0", "1,-2", ""):
+        r = dk("calibrate", work / "job.toml", "--threads", bad)
+        assert r.exit_code == 2 and "--threads" in r.output, (bad, r.output, r.exception)
 
 
 def test_console_script_exit_codes_and_one_line_errors(work: Path, tmp_path: Path) -> None:

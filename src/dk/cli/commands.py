@@ -228,6 +228,8 @@ def calibrate(app: App, job_file: str, intervals: int, threads: str, as_json: bo
         counts = tuple(int(t) for t in threads.split(","))
     except ValueError:
         raise click.BadParameter("comma-separated integers", param_hint="--threads") from None
+    if min(counts) < 1:
+        raise click.BadParameter("thread counts must be positive", param_hint="--threads")
     cal = run(load_job(job_file), intervals=intervals, replay_threads=counts)
     if as_json:
         app.emit_json(cal.to_dict())
