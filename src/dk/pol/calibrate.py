@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dk.pol.data import load_dataset
+from dk.pol.data import check_dims, load_dataset
 from dk.pol.job import JobSpec
 from dk.pol.models import build_model
 from dk.pol.sampler import job_sampler
@@ -43,6 +43,7 @@ def calibrate(job: JobSpec, *, intervals: int = 3, train_threads: int = 1,
     from dk.pol.torch_adapter import batch_tensors, deterministic, make_loss, make_optimizer, snapshot, train_step
 
     ds = load_dataset(job)
+    check_dims(job, ds)
     sampler = job_sampler(job, len(ds))
     steps = job.checkpoint_steps()[: intervals + 1]
     model = build_model(job)

@@ -29,7 +29,7 @@ from dk.pol.checkpoint import (
     read_blob_file,
     update_norm,
 )
-from dk.pol.data import Dataset, load_dataset
+from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.job import JobSpec, as_job
 from dk.pol.sampler import job_sampler
 from dk.pol.transcript import MAX_MANIFEST_BYTES, Manifest, parse_manifest, signing_digest, transcript_root
@@ -216,7 +216,11 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
         rep.fail("data", Reason.DATA_MISMATCH, "data root differs between bundle, job and local data")
         raise _Reject
     rep.passed("data")
-    sampler = job_sampler(job, len(ds))
+    try:  # a job whose model or batch size does not fit its own data can have no honest bundle
+        check_dims(job, ds)
+        sampler = job_sampler(job, len(ds))
+    except FormatError as e:
+        _fatal(rep, "job", e, Reason.JOB_MALFORMED)
     init_root = checkpoint_root(initial_checkpoint(job, sampler.steps_per_epoch))
     if not digests_equal(init_root, bytes.fromhex(m["checkpoints"][0]["root"])) or (
         job.pol["init_root"] and job.pol["init_root"] != init_root.hex()

@@ -153,3 +153,20 @@ def test_two_workers_give_the_same_verdict(honest: tuple[Any, Path], skipped: Pa
     assert [f.interval for f in one.reasons] == [f.interval for f in two.reasons] == [2, 3]
     assert one.digest() == two.digest()
     assert two.figures["replayed_intervals"] == 4
+
+
+@pytest.mark.parametrize(
+    "update, match",
+    [({"model": {"output_dim": 5}}, "5 outputs"), ({"train": {"batch_size": 5000}}, "exceeds")],
+)
+def test_a_job_that_does_not_fit_its_data(
+    update: dict, match: str, honest: tuple[Any, Path], tmp_path: Path
+) -> None:
+    """A (forged) bundle for a job whose model or batch size does not fit the job's own data
+    is refused as a malformed job, not an internal error."""
+    job, bundle = honest
+    bad = job.with_updates(**update)
+    f = Forgery(bundle, tmp_path / "b")
+    f.m["job_id"] = bad.job_id.hex()
+    r = verify_bundle(f.commit(WORKER), bad, beacon=BEACON)
+    assert r.codes == ["JOB_MALFORMED"] and match in r.reasons[0].message
