@@ -363,3 +363,13 @@ def test_prove_refuses_an_incomplete_run(work: Path, tmp_path: Path) -> None:
         tmp_path / "b",
     )
     assert isinstance(r.exception, FormatError) and "incomplete" in str(r.exception)
+
+
+def test_paths_with_brackets_are_printed_verbatim(tmp_path: Path) -> None:
+    """File names are not rich markup: "[bold]" must not vanish from the message."""
+    key, job = tmp_path / "[bold]key", tmp_path / "[red]job.toml"
+    r = dk("keygen", "--out", key)
+    assert r.exit_code == 0 and isinstance(r.exception, (type(None), SystemExit)), r.exception
+    assert str(key) in r.output
+    r = dk("job", "init", *TINY, "--out", job)
+    assert r.exit_code == 0 and str(job) in r.output, (r.output, r.exception)

@@ -41,7 +41,7 @@ def keygen(app: App, out: str, as_json: bool) -> None:
     if as_json:
         app.emit_json({"secret_key_file": out, "public_key_file": out + ".pub", "public_key": key.verify_key.hex()})
     else:
-        app.print(f"wrote {out} and {out}.pub\npublic key {key.verify_key.hex()}")
+        app.print(f"wrote {out} and {out}.pub\npublic key {key.verify_key.hex()}", markup=False)
 
 
 @click.group(short_help="Create and inspect job specs")
@@ -100,7 +100,7 @@ def job_init(app: App, arch: str, hidden: str, mode: str, steps: int, interval: 
     if as_json:
         app.emit_json({"job": out, "job_id": spec.job_id.hex(), "spec": spec.spec})
     else:
-        app.print(f"wrote {out}  job_id {spec.job_id.hex()}")
+        app.print(f"wrote {out}  job_id {spec.job_id.hex()}", markup=False)
 
 
 @job.command("show", short_help="Print a job and its job_id")
@@ -141,7 +141,7 @@ def train(app: App, job_file: str, out: str, as_json: bool) -> None:
     if as_json:
         app.emit_json({"run": out, "job_id": info.job_id, "checkpoints": len(info.checkpoints), "steps": info.steps})
     else:
-        app.print(f"trained {info.steps} steps, {len(info.checkpoints)} checkpoints committed in {out}")
+        app.print(f"trained {info.steps} steps, {len(info.checkpoints)} checkpoints committed in {out}", markup=False)
 
 
 @click.command(short_help="Sign a run into a proof bundle")
@@ -173,7 +173,7 @@ def prove(app: App, run: str, job_file: str, key: str, out: str, respond: str | 
     if as_json:
         app.emit_json({"bundle": str(bundle), "worker_key": sk.verify_key.hex()})
     else:
-        app.print(f"wrote bundle {bundle} (worker {sk.verify_key.hex()[:16]}…)")
+        app.print(f"wrote bundle {bundle} (worker {sk.verify_key.hex()[:16]}…)", markup=False)
 
 
 @click.command(short_help="Verify a proof bundle")
