@@ -26,7 +26,7 @@ from dk.circuits import ezkl_backend as eb
 from dk.circuits.export import build_step_graph, check_export
 from dk.circuits.quantize import dequantize, felts_to_array, quantize, tensor_digest
 from dk.circuits.reasons import CircuitError
-from dk.circuits.spec import StepSpec, batch_arrays, check_params, reference_step
+from dk.circuits.spec import SOFTMAX_CLAMP, StepSpec, batch_arrays, check_params, reference_step
 from dk.circuits.srs import Srs, file_sha256, local_srs, pinned_srs
 from dk.crypto.canonical_json import canonical_json
 from dk.crypto.hashing import tagged_hash
@@ -90,6 +90,13 @@ def calibration_batch(
         params[name] = rng.uniform(-1, 1, size=shape).astype(np.float32) / np.sqrt(fan_in)
     x = rng.uniform(0, 1, size=(spec.batch_size, spec.input_dim)).astype(np.float32)
     y = rng.integers(0, spec.output_dim, size=spec.batch_size)
+    if spec.loss == "cross_entropy":
+        # Spread the logits past the softmax clamp so calibration sizes the exp table for
+        # the whole clamped range [-SOFTMAX_CLAMP, 0], not just what this batch happens to hit.
+        last = f"fc{len(spec.layer_dims) - 1}.bias"
+        params[last] = np.linspace(
+            -2 * SOFTMAX_CLAMP, 2 * SOFTMAX_CLAMP, spec.output_dim, dtype=np.float32
+        )
     return params, x, y
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from dk.circuits.spec import StepSpec, reference_step
+from dk.circuits.spec import SOFTMAX_CLAMP, StepSpec, reference_step
 from dk.errors import BackendUnavailable, FormatError
 
 OPSET = 13
@@ -61,6 +61,7 @@ def build_step_graph(spec: StepSpec):  # type: ignore[no-untyped-def]
     inits = [
         numpy_helper.from_array(np.array([0], dtype=np.int64), "axes0"),
         numpy_helper.from_array(np.array(spec.lr, dtype=np.float32), "lr"),
+        numpy_helper.from_array(np.array(-SOFTMAX_CLAMP, dtype=np.float32), "clamp_lo"),
     ]
 
     def node(op: str, ins: list[str], out: str, **attrs: object) -> str:
@@ -84,7 +85,10 @@ def build_step_graph(spec: StepSpec):  # type: ignore[no-untyped-def]
         diff = node("Sub", [pre[-1], "y"], "diff")
     else:
         coef = 1.0 / spec.batch_size
-        prob = node("Softmax", [pre[-1]], "prob", axis=1)
+        top = node("ReduceMax", [pre[-1]], "zmax", axes=[1], keepdims=1)
+        shifted = node("Sub", [pre[-1], top], "zshift")
+        clamped = node("Clip", [shifted, "clamp_lo"], "zclamp")  # SPEC circuits §2.2
+        prob = node("Softmax", [clamped], "prob", axis=1)
         diff = node("Sub", [prob, "y"], "diff")
     inits.append(numpy_helper.from_array(np.array(coef, dtype=np.float32), "loss_coef"))
     dz = node("Mul", [diff, "loss_coef"], f"dz{n - 1}")

@@ -52,15 +52,20 @@ class ZkSettings:
         max_logrows: the largest circuit calibration may choose.
         bound_ulps: output bound, absolute part, in units of 2**-s.
         bound_rel: output bound, relative part, as a fraction of the largest float update.
+        decomp_base, decomp_legs: EZKL's range decomposition; values entering non-linear
+            ops must satisfy ``|v| < decomp_base**decomp_legs / 2`` and the range table has
+            ``decomp_base`` rows (a small base lets tiny circuits use few rows).
     """
 
     scale: int = 12
     visibility: str = "public"
     num_inner_cols: int = 4
-    lookup_safety_margin: int = 4
+    lookup_safety_margin: int = 1
     max_logrows: int = 20
     bound_ulps: float = 4.0
     bound_rel: float = 0.02
+    decomp_base: int = 16384
+    decomp_legs: int = 2
 
     def __post_init__(self) -> None:
         if not 4 <= self.scale <= 20:
@@ -69,6 +74,8 @@ class ZkSettings:
             raise ValueError(f"visibility must be one of {VISIBILITIES}")
         if not 1 <= self.num_inner_cols <= 32 or not 1 <= self.lookup_safety_margin <= 64:
             raise ValueError("num_inner_cols / lookup_safety_margin out of range")
+        if not 2 <= self.decomp_base <= 1 << 20 or not 1 <= self.decomp_legs <= 8:
+            raise ValueError("decomp_base / decomp_legs out of range")
         if not 10 <= self.max_logrows <= 24:
             raise ValueError("max_logrows must be in [10, 24]")
 
@@ -112,6 +119,8 @@ def make_settings(onnx_path: Path, data_path: Path, settings_path: Path, zs: ZkS
     args.param_scale = zs.scale
     args.scale_rebase_multiplier = 1
     args.num_inner_cols = zs.num_inner_cols
+    args.decomp_base = zs.decomp_base
+    args.decomp_legs = zs.decomp_legs
     try:
         ezkl.gen_settings(str(onnx_path), str(settings_path), py_run_args=args)
         ezkl.calibrate_settings(

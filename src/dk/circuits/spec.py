@@ -4,7 +4,8 @@ The models are the registry's ``linear`` and ``mlp`` with torch ``nn.Linear`` na
 ``fc{i}.weight`` has shape ``[out, in]`` and ``fc{i}.bias`` shape ``[out]``; an MLP puts a
 ReLU between layers and none after the last. Losses average over the batch like torch's
 defaults: ``mse`` is ``F.mse_loss`` (mean over every element of ``[B, D]``) and
-``cross_entropy`` is ``F.cross_entropy`` (mean over the batch of softmax cross-entropy). The
+``cross_entropy`` is ``F.cross_entropy`` (mean over the batch of softmax cross-entropy, with
+the logit spread clamped at :data:`SOFTMAX_CLAMP` inside the softmax). The
 optimizer is plain SGD, ``p <- p - lr * grad``. :func:`reference_step` is the float step
 every circuit is checked against.
 """
@@ -25,6 +26,10 @@ LOSSES = ("mse", "cross_entropy")
 MAX_DIM = 4096
 MAX_LAYERS = 8
 MAX_BATCH = 1024
+#: Softmax sees ``max(z - max(z), -SOFTMAX_CLAMP)``: a logit more than this far below the
+#: row's largest gets probability weight ``e**-7`` of the top one instead of less (a change
+#: below ``e**-7 < 1e-3`` per probability), which keeps the circuit's exp table bounded.
+SOFTMAX_CLAMP = 7.0
 
 
 @dataclass(frozen=True)
@@ -200,7 +205,7 @@ def reference_step(
     if spec.loss == "mse":
         dz = (out - t) * (2.0 / out.size)
     else:
-        e = np.exp(out - out.max(axis=1, keepdims=True))
+        e = np.exp(np.maximum(out - out.max(axis=1, keepdims=True), -SOFTMAX_CLAMP))
         dz = (e / e.sum(axis=1, keepdims=True) - t) / spec.batch_size
     new: dict[str, np.ndarray] = {}
     for i in reversed(range(n)):
