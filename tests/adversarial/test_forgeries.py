@@ -121,3 +121,4 @@ def test_challenged_integrity_checks_only_what_it_replays(honest: tuple[object, 
     assert full.codes == ["COMMITMENT_MISMATCH"]
     touched = verify_bundle(f.dir, job, beacon=BEACON, samples=1000, integrity="challenged")
     assert touched.codes == ["COMMITMENT_MISMATCH"]
+

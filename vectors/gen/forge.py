@@ -187,6 +187,11 @@ def _shape(f: Forgery, key: SigningKey) -> Path:
     return f.commit(key)
 
 
+def _nbytes(f: Forgery, key: SigningKey) -> Path:
+    f.m["checkpoints"][2]["nbytes"] += 1
+    return f.commit(key)
+
+
 def _missing_blob(f: Forgery, key: SigningKey) -> Path:
     (f.dir / f.m["checkpoints"][2]["blob"]).unlink()
     return f.dir
@@ -221,6 +226,7 @@ FORGERIES: dict[str, tuple[Callable[[Forgery, SigningKey], Path], str]] = {
     "nan-tensor": (_nan, "TENSOR_INVALID"),
     "shape-mismatch": (_shape, "SHAPE_MISMATCH"),
     "missing-blob": (_missing_blob, "BLOB_MISSING"),
+    "nbytes-wrong": (_nbytes, "BLOB_MALFORMED"),
     "path-traversal": (_traversal, "BAD_PATH"),
     "symlinked-blob": (_symlink, "BAD_PATH"),
 }

@@ -274,6 +274,9 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
             data = read_blob_file(bundle / ck["blob"])
             nbytes += len(data)
             rep.figures["bytes_read"] = nbytes
+            if len(data) != ck["nbytes"]:  # SPEC §11.2: nbytes is the blob's exact size
+                raise FormatError(f"checkpoint {j}: blob is {len(data)} bytes, the manifest says "
+                                  f"{ck['nbytes']}", reason="BLOB_MALFORMED")
             tensors = parse_blob(data)
         except FormatError as e:
             _fatal(rep, "blobs", e, Reason.BLOB_MALFORMED)
