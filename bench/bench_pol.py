@@ -60,7 +60,10 @@ def recording_overhead(tmp: Path) -> None:
         recorded.append(time.perf_counter() - t0)
         shutil.rmtree(tmp / f"run{rep}")
     p, r = min(plain), min(recorded)
-    print(f"recording overhead  MLP {n / 1e6:.2f}M params, {job.steps} steps, k={job.interval}, batch 128, 1 thread")
+    print(
+        f"recording overhead  MLP {n / 1e6:.2f}M params, {job.steps} steps, "
+        f"k={job.interval}, batch 128, 1 thread"
+    )
     print(f"  plain {p:.2f} s   recorded {r:.2f} s   ratio {r / p:.3f}   (target <= 1.05)")
 
 
@@ -78,15 +81,21 @@ def verification_cost(tmp: Path) -> None:
     train_cpu = time.process_time() - c0
     bundle = prove_run(tmp / "vrun", job, SigningKey.generate(), tmp / "vbundle")
     s = samples_for(m, 0.10, 0.99)
-    print(f"verification cost  {m} intervals of {job.interval} steps, s={s} samples "
-          f"(detection {detection_probability(m, s, 0.10):.4f} at 10% skipped), top-q 0; train CPU {train_cpu:.2f} s")
+    print(
+        f"verification cost  {m} intervals of {job.interval} steps, s={s} samples "
+        f"(detection {detection_probability(m, s, 0.10):.4f} at 10% skipped), top-q 0; "
+        f"train CPU {train_cpu:.2f} s"
+    )
     for integrity in ("challenged", "all"):
         report = verify_bundle(bundle, job, samples=s, topq=0, integrity=integrity)
         assert report.ok, report.codes
         v = report.figures["verify_cpu_s"]
-        print(f"  integrity={integrity:10s} verify CPU {v:.2f} s   ratio {v / train_cpu:.3f}   (target <= 0.05)  "
-              f"{report.figures['checkpoints_checked']} checkpoints, {report.figures['bytes_read'] / 1e6:.1f} MB read, "
-              f"replay {report.figures['replay_wall_s']:.2f} s wall")
+        print(
+            f"  integrity={integrity:10s} verify CPU {v:.2f} s   ratio {v / train_cpu:.3f}   "
+            f"(target <= 0.05)  {report.figures['checkpoints_checked']} checkpoints, "
+            f"{report.figures['bytes_read'] / 1e6:.1f} MB read, "
+            f"replay {report.figures['replay_wall_s']:.2f} s wall"
+        )
 
 
 def commitment_throughput() -> None:
@@ -114,8 +123,10 @@ def commitment_throughput() -> None:
     one = best(lambda: tensors_root(tensors))
     two = best(lambda: tensors_root(tensors, threads=2))
     print(f"commitment throughput on {nbytes / 1e6:.0f} MB")
-    print(f"  hashlib sha256 {base:.2f} GB/s   tensors_root {one:.2f} GB/s ({one / base:.2f}x)   "
-          f"tensors_root threads=2 {two:.2f} GB/s ({two / base:.2f}x)")
+    print(
+        f"  hashlib sha256 {base:.2f} GB/s   tensors_root {one:.2f} GB/s ({one / base:.2f}x)   "
+        f"tensors_root threads=2 {two:.2f} GB/s ({two / base:.2f}x)"
+    )
 
 
 def main() -> None:

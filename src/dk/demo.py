@@ -37,27 +37,44 @@ def main(argv: list[str]) -> int:
     work = Path(argv[0] if argv else "demo-out")
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    key_path, job_path, run, bundle = work / "worker.key", work / "job.toml", work / "run", work / "bundle"
+    key_path, job_path, run, bundle = (
+        work / "worker.key",
+        work / "job.toml",
+        work / "run",
+        work / "bundle",
+    )
 
     step("1. the worker makes a key", f"dk keygen --out {key_path}")
     key = SigningKey.generate()
     key.save(key_path)
     console.print(f"worker public key {key.verify_key.hex()}")
 
-    step("2. the consumer writes a job: digits MLP 64-64-10, SGD+momentum, exact mode",
-         f"dk job init --out {job_path}")
+    step(
+        "2. the consumer writes a job: digits MLP 64-64-10, SGD+momentum, exact mode",
+        f"dk job init --out {job_path}",
+    )
     job = default_job(steps=300, interval=10, base_dir=work)
     job_path.write_text(job.to_toml())
-    console.print(f"job_id {job.job_id.hex()}  ({job.steps} steps, a checkpoint every {job.interval})")
+    console.print(
+        f"job_id {job.job_id.hex()}  ({job.steps} steps, a checkpoint every {job.interval})"
+    )
 
     step("3. the worker trains, recording the transcript", f"dk train {job_path} --out {run}")
-    with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("training"), BarColumn(), MofNCompleteColumn(), console=console, transient=True
+    ) as bar:
         task = bar.add_task("train", total=job.steps)
         t0 = time.perf_counter()
         info = train_job(job, run, progress=lambda s: bar.update(task, completed=s))
-    console.print(f"{info.steps} steps, {len(info.checkpoints)} checkpoints committed in {time.perf_counter() - t0:.1f} s")
+    console.print(
+        f"{info.steps} steps, {len(info.checkpoints)} checkpoints committed "
+        f"in {time.perf_counter() - t0:.1f} s"
+    )
 
-    step("4. the worker signs a proof bundle", f"dk prove {run} --job {job_path} --key {key_path} --out {bundle}")
+    step(
+        "4. the worker signs a proof bundle",
+        f"dk prove {run} --job {job_path} --key {key_path} --out {bundle}",
+    )
     prove_run(run, job, key, bundle)
     console.print(f"bundle {bundle}: manifest.json, signature.hex, {len(info.checkpoints)} blobs")
 
@@ -95,13 +112,19 @@ def main(argv: list[str]) -> int:
     except ImportError:
         run_demo = None
     if run_demo is not None:
-        step("8. one job through the market: order, bid, match, submit, verify, attest, release",
-             "dk market …")
-        if not run_demo(bundle, job_path, work / "market", lambda s: console.print(s), worker_key=key):
+        step(
+            "8. one job through the market: order, bid, match, submit, verify, attest, release",
+            "dk market …",
+        )
+        if not run_demo(
+            bundle, job_path, work / "market", lambda s: console.print(s), worker_key=key
+        ):
             console.print("[bold red]demo failed in the market[/]")
             return 1
 
-    console.print(f"\n[bold green]demo complete[/] in {time.perf_counter() - t_start:.0f} s; files in {work}/")
+    console.print(
+        f"\n[bold green]demo complete[/] in {time.perf_counter() - t_start:.0f} s; files in {work}/"
+    )
     return 0
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.helpers import WORKER, tiny_job
+from vectors.gen.forge import FORGERIES, STOLEN, Forgery, oversize_manifest
 
 from dk.pol.transcript import MAX_MANIFEST_BYTES
 from dk.verifier import verify_bundle
-from tests.helpers import WORKER, tiny_job
-from vectors.gen.forge import FORGERIES, STOLEN, Forgery, oversize_manifest
 
 BEACON = bytes(32)
 
@@ -62,10 +62,14 @@ def test_stolen_transcript_fully_resigned(honest: tuple[object, Path], tmp_path:
     forged = forge(Forgery(bundle, tmp_path / "stolen"), WORKER)
     assert _verify(forged, job, worker=WORKER.verify_key.hex()) == [reason]
     named = job.with_updates(pol={"worker": WORKER.verify_key.hex()})
-    assert verify_bundle(forged, named, beacon=BEACON).codes[0] == "JOB_MISMATCH"  # job_id changed too
+    assert (
+        verify_bundle(forged, named, beacon=BEACON).codes[0] == "JOB_MISMATCH"
+    )  # job_id changed too
 
 
-def test_skipped_interval_is_caught_by_sampling_only_when_sampled(honest: tuple[object, Path], tmp_path: Path) -> None:
+def test_skipped_interval_is_caught_by_sampling_only_when_sampled(
+    honest: tuple[object, Path], tmp_path: Path
+) -> None:
     """The skip forgery passes every integrity check: only replay exposes it, first at interval 2
     (interval 3 fails too, since checkpoint 4 was trained from the real checkpoint 3)."""
     job, bundle = honest
@@ -77,7 +81,9 @@ def test_skipped_interval_is_caught_by_sampling_only_when_sampled(honest: tuple[
     assert report.checks["blobs"] == "pass" and report.checks["signature"] == "pass"
 
 
-def test_missing_bundle_and_garbage_never_raise(tmp_path: Path, honest: tuple[object, Path]) -> None:
+def test_missing_bundle_and_garbage_never_raise(
+    tmp_path: Path, honest: tuple[object, Path]
+) -> None:
     job, _ = honest
     assert verify_bundle(tmp_path / "nope", job).codes == ["BUNDLE_NOT_FOUND"]
     (tmp_path / "g").mkdir()
@@ -105,7 +111,9 @@ def test_replay_interval_primitive(honest: tuple[object, Path], tmp_path: Path) 
     assert not replay_interval(tmp_path / "nowhere", job, 0)
 
 
-def test_challenged_integrity_checks_only_what_it_replays(honest: tuple[object, Path], tmp_path: Path) -> None:
+def test_challenged_integrity_checks_only_what_it_replays(
+    honest: tuple[object, Path], tmp_path: Path
+) -> None:
     """integrity='challenged' fetches only challenged checkpoints: a tampered blob outside the
     challenge goes unnoticed there but not with the default integrity='all'."""
     job, bundle = honest
@@ -121,4 +129,3 @@ def test_challenged_integrity_checks_only_what_it_replays(honest: tuple[object, 
     assert full.codes == ["COMMITMENT_MISMATCH"]
     touched = verify_bundle(f.dir, job, beacon=BEACON, samples=1000, integrity="challenged")
     assert touched.codes == ["COMMITMENT_MISMATCH"]
-

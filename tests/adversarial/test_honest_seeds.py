@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.helpers import make_bundle, tiny_job
 
 from dk.verifier import verify_bundle
-from tests.helpers import make_bundle, tiny_job
 
 
 @pytest.mark.slow

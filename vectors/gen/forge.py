@@ -44,8 +44,12 @@ class Forgery:
         ck = self.m["checkpoints"][j]
         old = self.dir / ck["blob"]
         ck.update(root=root.hex(), blob=blob_name(root), nbytes=nbytes)
-        if old.exists() and old != self.dir / ck["blob"] and not any(
-            c["blob"] == old.relative_to(self.dir).as_posix() for c in self.m["checkpoints"]
+        if (
+            old.exists()
+            and old != self.dir / ck["blob"]
+            and not any(
+                c["blob"] == old.relative_to(self.dir).as_posix() for c in self.m["checkpoints"]
+            )
         ):
             old.unlink()
         if renorm:
@@ -67,8 +71,11 @@ class Forgery:
         self.m["transcript_root"] = transcript_root(self.m).hex()
         self.write_manifest()
         if key is not None:
-            d = signing_digest(bytes.fromhex(self.m["job_id"]), bytes.fromhex(self.m["transcript_root"]),
-                               bytes.fromhex(self.m["worker_key"]))
+            d = signing_digest(
+                bytes.fromhex(self.m["job_id"]),
+                bytes.fromhex(self.m["transcript_root"]),
+                bytes.fromhex(self.m["worker_key"]),
+            )
             (self.dir / "signature.hex").write_text(key.sign(d).hex() + "\n")
         return self.dir
 
@@ -148,7 +155,9 @@ def _swap_worker_key(f: Forgery, key: SigningKey) -> Path:
     other = SigningKey(bytes([7]) * 32)
     f.m["worker_key"] = other.verify_key.hex()
     f.write_manifest()  # transcript root not recomputed: it binds the old key
-    d = signing_digest(bytes.fromhex(f.m["job_id"]), bytes.fromhex(f.m["transcript_root"]), other.verify_key.raw)
+    d = signing_digest(
+        bytes.fromhex(f.m["job_id"]), bytes.fromhex(f.m["transcript_root"]), other.verify_key.raw
+    )
     (f.dir / "signature.hex").write_text(other.sign(d).hex() + "\n")
     return f.dir
 

@@ -99,9 +99,15 @@ VALID_JOBS = [
 
 INVALID_JOBS = [
     ("unknown top-level key", "colour = 'red'\n" + DIMS),
-    ("model.hidden on a linear model", "[model]\narch = 'linear'\nhidden = [5]\ninput_dim = 4\noutput_dim = 3\n"),
+    (
+        "model.hidden on a linear model",
+        "[model]\narch = 'linear'\nhidden = [5]\ninput_dim = 4\noutput_dim = 3\n",
+    ),
     ("missing model.output_dim", "[model]\ninput_dim = 4\n"),
-    ("kernels backend in tolerant mode", DIMS + "[pol]\nmode = 'tolerant'\ntolerance = 0.1\nbackend = 'dk'\n"),
+    (
+        "kernels backend in tolerant mode",
+        DIMS + "[pol]\nmode = 'tolerant'\ntolerance = 0.1\nbackend = 'dk'\n",
+    ),
     ("unknown backend", DIMS + "[pol]\nbackend = 'jax'\n"),
     ("powersgd is not replayable", DIMS + "[train]\ncompression = 'powersgd:rank=2'\n"),
     ("unknown table", DIMS + "[extra]\na = 1\n"),

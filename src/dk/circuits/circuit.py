@@ -168,7 +168,8 @@ class StepCircuit:
         params, x, labels = calibration_batch(spec, tagged_hash(TAG_CALIBRATION, ident))
         xs, ys = batch_arrays(spec, x, labels)
         check_export(graph, spec, params, xs, ys)
-        cfg = _compiled(d, graph, _input_json(spec, zs, params, xs, ys), zs)
+        floor = -int(SOFTMAX_CLAMP * 2**zs.scale) if spec.loss == "cross_entropy" else None
+        cfg = _compiled(d, graph, _input_json(spec, zs, params, xs, ys), zs, floor)
         logrows = int(cfg["run_args"]["logrows"])
         the_srs = (
             pinned_srs(srs, srs_sha256) if srs is not None else local_srs(root / "srs", logrows)
@@ -311,7 +312,9 @@ def _input_json(
     }
 
 
-def _compiled(d: Path, graph: bytes, calibration: dict, zs: eb.ZkSettings) -> dict:
+def _compiled(
+    d: Path, graph: bytes, calibration: dict, zs: eb.ZkSettings, softmax_floor: int | None
+) -> dict:
     """Calibrate and compile into ``d`` unless a complete earlier build is there; settings."""
     marker = d / "built.json"
     onnx_sha = hashlib.sha256(graph).hexdigest()
@@ -331,7 +334,9 @@ def _compiled(d: Path, graph: bytes, calibration: dict, zs: eb.ZkSettings) -> di
         t = Path(tmp)
         (t / "step.onnx").write_bytes(graph)
         eb.write_json(t / "calibration.json", calibration)
-        cfg = eb.make_settings(t / "step.onnx", t / "calibration.json", t / "settings.json", zs)
+        cfg = eb.make_settings(
+            t / "step.onnx", t / "calibration.json", t / "settings.json", zs, softmax_floor
+        )
         eb.compile_circuit(t / "step.onnx", t / "settings.json", t / "step.ezkl")
         for name in ("step.onnx", "calibration.json", "settings.json", "step.ezkl"):
             os.replace(t / name, d / name)

@@ -10,8 +10,11 @@ backs this up). Calibration only chooses ``logrows`` and the lookup range.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -95,7 +98,13 @@ def write_json(path: Path, value: Any) -> None:
     os.replace(tmp, path)
 
 
-def make_settings(onnx_path: Path, data_path: Path, settings_path: Path, zs: ZkSettings) -> dict:
+def make_settings(
+    onnx_path: Path,
+    data_path: Path,
+    settings_path: Path,
+    zs: ZkSettings,
+    softmax_floor: int | None = None,
+) -> dict:
     """Generate, calibrate, pin and check the EZKL settings of a step graph.
 
     Args:
@@ -103,6 +112,8 @@ def make_settings(onnx_path: Path, data_path: Path, settings_path: Path, zs: ZkS
         data_path: calibration input (EZKL ``input_data`` JSON).
         settings_path: where to write the settings.
         zs: the pinned knobs.
+        softmax_floor: for cross-entropy, ``-SOFTMAX_CLAMP * 2**scale``, which the lookup
+            range must cover.
 
     Returns:
         The settings dict as written (``timestamp`` normalised to 0).
@@ -123,31 +134,33 @@ def make_settings(onnx_path: Path, data_path: Path, settings_path: Path, zs: ZkS
     args.decomp_legs = zs.decomp_legs
     try:
         ezkl.gen_settings(str(onnx_path), str(settings_path), py_run_args=args)
-        ezkl.calibrate_settings(
-            str(data_path),
-            str(onnx_path),
-            str(settings_path),
-            "resources",
-            lookup_safety_margin=zs.lookup_safety_margin,
-            scales=[zs.scale],
-            scale_rebase_multiplier=[1],
-            max_logrows=zs.max_logrows,
-        )
+        with quiet_stderr():  # calibration prints a fidelity table on stderr
+            ezkl.calibrate_settings(
+                str(data_path),
+                str(onnx_path),
+                str(settings_path),
+                "resources",
+                lookup_safety_margin=zs.lookup_safety_margin,
+                scales=[zs.scale],
+                scale_rebase_multiplier=[1],
+                max_logrows=zs.max_logrows,
+            )
     except Exception as e:  # EZKL raises plain RuntimeError / IOError with a message
         raise CircuitError(f"circuit: EZKL calibration failed: {e}") from e
     settings = json.loads(settings_path.read_text())
-    check_pinned(settings, zs)
+    check_pinned(settings, zs, softmax_floor)
     for key in VOLATILE_SETTINGS:
         settings[key] = 0
     write_json(settings_path, settings)
     return settings
 
 
-def check_pinned(settings: dict, zs: ZkSettings) -> None:
+def check_pinned(settings: dict, zs: ZkSettings, softmax_floor: int | None = None) -> None:
     """Refuse settings in which calibration moved a pinned value (SPEC circuits §4.2).
 
     Raises:
-        CircuitError: on a scale, rebase multiplier or visibility other than pinned.
+        CircuitError: on a scale, rebase multiplier or visibility other than pinned, or a
+            lookup range that misses the clamped softmax input ``[softmax_floor, 0]``.
     """
     ra = settings.get("run_args", {})
     pinned = {
@@ -161,6 +174,12 @@ def check_pinned(settings: dict, zs: ZkSettings) -> None:
     scales = [*settings.get("model_input_scales", []), *settings.get("model_output_scales", [])]
     if not scales or any(s != zs.scale for s in scales):
         raise CircuitError(f"circuit: model input/output scales {scales} are not all {zs.scale}")
+    lookup = ra.get("lookup_range") or [0, 0]
+    if softmax_floor is not None and not lookup[0] <= softmax_floor:
+        raise CircuitError(
+            f"circuit: lookup range {lookup} does not cover the clamped softmax input "
+            f"[{softmax_floor}, 0]"
+        )
     for key in ("input_visibility", "output_visibility"):
         vis = ra.get(key)
         ok = (
@@ -170,6 +189,20 @@ def check_pinned(settings: dict, zs: ZkSettings) -> None:
         )
         if not ok:
             raise CircuitError(f"circuit: settings {key} is {vis!r}, pinned {zs.visibility}")
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null for the duration (EZKL's Rust side writes there)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def compile_circuit(onnx_path: Path, settings_path: Path, compiled_path: Path) -> None:

@@ -48,7 +48,8 @@ def quantize(values: np.ndarray, scale: int) -> np.ndarray:
     q = np.rint(np.ldexp(arr, scale))  # np.rint rounds half to even
     if q.size and float(np.max(np.abs(q))) >= 2.0**QMAX_BITS:
         raise FormatError(
-            f"circuit: a value exceeds the quantisation range 2**{QMAX_BITS - scale} at scale {scale}"
+            f"circuit: a value reaches 2**{QMAX_BITS - scale}, outside the quantisation range "
+            f"at scale {scale}"
         )
     return q.astype(np.int64)
 

@@ -22,6 +22,8 @@ class ZkReason(StrEnum):
     ZK_STEP_MISMATCH = "ZK_STEP_MISMATCH"
     #: The public instances do not encode the statement the proof claims.
     ZK_INSTANCE_MISMATCH = "ZK_INSTANCE_MISMATCH"
+    #: Public outputs are farther from the float step on the public inputs than the bound.
+    ZK_OUTPUT_BOUND = "ZK_OUTPUT_BOUND"
     #: The SNARK does not verify against the verifier's own verifying key.
     ZK_PROOF_INVALID = "ZK_PROOF_INVALID"
     #: Consecutive step proofs do not link (output digest of one != input digest of next).

@@ -5,7 +5,8 @@ A record claims three digests: ``params_in`` (the weights the step started from)
 from the proof's public instances and from the committed checkpoints and batch, and accepts
 only when all agree and the SNARK verifies against its own verifying key. Checks run in a
 fixed order so that each failure has its own reason code: malformed record, circuit, SRS,
-claims vs committed step, instances vs claims, SNARK.
+claims vs committed step, instances vs claims, (public visibility) outputs vs the float
+step, SNARK.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dk.circuits import ezkl_backend as eb
-from dk.circuits.quantize import felt_to_int, poseidon_digest
+from dk.circuits.quantize import felt_to_int, felts_to_array, poseidon_digest
 from dk.circuits.reasons import INSECURE_SRS_FLAG, VerifyResult, ZkReason
 from dk.errors import FormatError
 
@@ -66,6 +67,35 @@ def claims_from_instances(circ: StepCircuit, instances: list[str]) -> dict[str, 
         "params_in": poseidon_digest(digests[:n]),
         "params_out": poseidon_digest(digests[n + 2 :]),
     }
+
+
+def check_public_bound(circ: StepCircuit, instances: list[str]) -> None:
+    """Hold public outputs to the documented bound of the float step on the public inputs.
+
+    Defence in depth (SPEC circuits §4.3): even a circuit that miscomputed for some input
+    cannot make the verifier accept a step farther from the float step than the bound.
+
+    Raises:
+        CircuitError: outside the bound. FormatError: a value outside the quantisation range.
+    """
+    from dk.circuits.circuit import check_bound
+
+    spec = circ.spec
+    shapes = list(spec.param_shapes().items())
+    io_shapes = [s for _, s in shapes] + [
+        (spec.batch_size, spec.input_dim),
+        (spec.batch_size, spec.output_dim),
+    ]
+    io_shapes += [s for _, s in shapes]
+    arrays, at = [], 0
+    for shape in io_shapes:
+        size = int(np.prod(shape))
+        arrays.append(felts_to_array(instances[at : at + size], shape))
+        at += size
+    n = len(shapes)
+    params_q = {name: arrays[i] for i, (name, _) in enumerate(shapes)}
+    out_q = {name: arrays[n + 2 + i] for i, (name, _) in enumerate(shapes)}
+    check_bound(spec, circ.zk, params_q, arrays[n], arrays[n + 1], out_q)
 
 
 def parse_record(record: Any) -> dict[str, Any]:

@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         from rich.console import Console as _C
 
         _C(stderr=True).print_exception(show_locals=os.environ.get("DK_DEBUG") == "1")
-        click.echo("dk: internal error (a bug in dk); please report it with the trace above", err=True)
+        click.echo(
+            "dk: internal error (a bug in dk); please report it with the trace above", err=True
+        )
         sys.exit(ExitCode.INTERNAL)
     sys.exit(0)

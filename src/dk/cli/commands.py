@@ -29,7 +29,13 @@ def _hex32(ctx: click.Context, param: click.Parameter, value: str | None) -> byt
 
 
 @click.command(short_help="Create an Ed25519 key pair")
-@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Secret key file (KEY.pub is written beside it).")
+@click.option(
+    "--out",
+    "out",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Secret key file (KEY.pub is written beside it).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the public key as JSON.")
 @click.pass_obj
 def keygen(app: App, out: str, as_json: bool) -> None:
@@ -39,7 +45,13 @@ def keygen(app: App, out: str, as_json: bool) -> None:
     key = SigningKey.generate()
     key.save(out)
     if as_json:
-        app.emit_json({"secret_key_file": out, "public_key_file": out + ".pub", "public_key": key.verify_key.hex()})
+        app.emit_json(
+            {
+                "secret_key_file": out,
+                "public_key_file": out + ".pub",
+                "public_key": key.verify_key.hex(),
+            }
+        )
     else:
         app.print(f"wrote {out} and {out}.pub\npublic key {key.verify_key.hex()}", markup=False)
 
@@ -50,29 +62,79 @@ def job() -> None:
 
 
 @job.command("init", short_help="Write a job.toml")
-@click.option("--model", "arch", type=click.Choice(["linear", "mlp", "cnn"]), default="mlp", show_default=True)
-@click.option("--hidden", default="64", show_default=True, help="MLP hidden widths, comma-separated.")
-@click.option("--mode", type=click.Choice(["exact", "tolerant", "zk"]), default="exact", show_default=True,
-              help="exact: bitwise replay; tolerant: distance within --tolerance; zk: EZKL proofs of challenged steps.")
+@click.option(
+    "--model", "arch", type=click.Choice(["linear", "mlp", "cnn"]), default="mlp", show_default=True
+)
+@click.option(
+    "--hidden", default="64", show_default=True, help="MLP hidden widths, comma-separated."
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["exact", "tolerant", "zk"]),
+    default="exact",
+    show_default=True,
+    help="exact: bitwise replay; tolerant: distance within --tolerance; "
+    "zk: EZKL proofs of challenged steps.",
+)
 @click.option("--steps", type=click.IntRange(1), default=300, show_default=True)
-@click.option("--interval", type=click.IntRange(1), default=10, show_default=True, help="Checkpoint every K steps.")
+@click.option(
+    "--interval",
+    type=click.IntRange(1),
+    default=10,
+    show_default=True,
+    help="Checkpoint every K steps.",
+)
 @click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True)
 @click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="sgd", show_default=True)
 @click.option("--lr", type=float, default=None, help="Learning rate [sgd 0.05, adam 0.001].")
-@click.option("--loss", type=click.Choice(["cross_entropy", "mse"]), default="cross_entropy", show_default=True)
-@click.option("--dataset", default="digits", show_default=True, help="'digits' (bundled with scikit-learn) or a path to an .npz with X and y.")
-@click.option("--tolerance", type=float, default=None, help="Tolerant mode threshold (see `dk calibrate`).")
+@click.option(
+    "--loss",
+    type=click.Choice(["cross_entropy", "mse"]),
+    default="cross_entropy",
+    show_default=True,
+)
+@click.option(
+    "--dataset",
+    default="digits",
+    show_default=True,
+    help="'digits' (bundled with scikit-learn) or a path to an .npz with X and y.",
+)
+@click.option(
+    "--tolerance", type=float, default=None, help="Tolerant mode threshold (see `dk calibrate`)."
+)
 @click.option("--worker", default=None, help="Only accept bundles signed by this public key (hex).")
-@click.option("--compression", default="", help="Gradient codec, e.g. 'topk:0.01', 'int8', 'qsgd:levels=16,seed=1'.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write the job.")
+@click.option(
+    "--compression",
+    default="",
+    help="Gradient codec, e.g. 'topk:0.01', 'int8', 'qsgd:levels=16,seed=1'.",
+)
+@click.option(
+    "--out", required=True, type=click.Path(dir_okay=False), help="Where to write the job."
+)
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def job_init(app: App, arch: str, hidden: str, mode: str, steps: int, interval: int, seed: int,
-             batch_size: int, optimizer: str, lr: float | None, loss: str, dataset: str,
-             tolerance: float | None, worker: str | None, compression: str, out: str, force: bool,
-             as_json: bool) -> None:
+def job_init(
+    app: App,
+    arch: str,
+    hidden: str,
+    mode: str,
+    steps: int,
+    interval: int,
+    seed: int,
+    batch_size: int,
+    optimizer: str,
+    lr: float | None,
+    loss: str,
+    dataset: str,
+    tolerance: float | None,
+    worker: str | None,
+    compression: str,
+    out: str,
+    force: bool,
+    as_json: bool,
+) -> None:
     """Write a complete job (with its data and initial-weight commitments) to OUT.
 
     With no options it writes a working exact-mode digits MLP job.
@@ -89,13 +151,29 @@ def job_init(app: App, arch: str, hidden: str, mode: str, steps: int, interval: 
     npz = dataset != "digits"
     data_path = None
     if npz:
-        data_path = str(Path(dataset).resolve().relative_to(out_p.resolve().parent)) \
-            if Path(dataset).resolve().is_relative_to(out_p.resolve().parent) else str(Path(dataset).resolve())
-    spec = default_job(arch=arch, hidden=widths, mode=mode, steps=steps, interval=interval, seed=seed,
-                       batch_size=batch_size, optimizer=optimizer, lr=lr, loss=loss,
-                       dataset="npz" if npz else "digits", data_path=data_path, tolerance=tolerance,
-                       base_dir=out_p.resolve().parent, pol={"worker": worker} if worker else {},
-                       train={"compression": compression} if compression else {})
+        data_path = (
+            str(Path(dataset).resolve().relative_to(out_p.resolve().parent))
+            if Path(dataset).resolve().is_relative_to(out_p.resolve().parent)
+            else str(Path(dataset).resolve())
+        )
+    spec = default_job(
+        arch=arch,
+        hidden=widths,
+        mode=mode,
+        steps=steps,
+        interval=interval,
+        seed=seed,
+        batch_size=batch_size,
+        optimizer=optimizer,
+        lr=lr,
+        loss=loss,
+        dataset="npz" if npz else "digits",
+        data_path=data_path,
+        tolerance=tolerance,
+        base_dir=out_p.resolve().parent,
+        pol={"worker": worker} if worker else {},
+        train={"compression": compression} if compression else {},
+    )
     out_p.write_text(spec.to_toml())
     if as_json:
         app.emit_json({"job": out, "job_id": spec.job_id.hex(), "spec": spec.spec})
@@ -121,12 +199,20 @@ def job_show(app: App, job_file: str, as_json: bool) -> None:
 
 @click.command(short_help="Train a job with recording")
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Run directory to create.")
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False), help="Run directory to create."
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def train(app: App, job_file: str, out: str, as_json: bool) -> None:
     """Train JOB_FILE's model, recording a PoL transcript into the run directory OUT."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     from dk.pol.job import load_job
     from dk.pol.train import train_job
@@ -134,27 +220,64 @@ def train(app: App, job_file: str, out: str, as_json: bool) -> None:
     spec = load_job(job_file)
     if (Path(out) / "run.json").exists():
         app.abort(f"{out} already holds a run", ExitCode.USAGE)
-    with Progress(TextColumn("training"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=app.err, transient=True, disable=as_json or not app.err.is_terminal) as bar:
+    with Progress(
+        TextColumn("training"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=app.err,
+        transient=True,
+        disable=as_json or not app.err.is_terminal,
+    ) as bar:
         task = bar.add_task("train", total=spec.steps)
         info = train_job(spec, out, progress=lambda step: bar.update(task, completed=step))
     if as_json:
-        app.emit_json({"run": out, "job_id": info.job_id, "checkpoints": len(info.checkpoints), "steps": info.steps})
+        app.emit_json(
+            {
+                "run": out,
+                "job_id": info.job_id,
+                "checkpoints": len(info.checkpoints),
+                "steps": info.steps,
+            }
+        )
     else:
-        app.print(f"trained {info.steps} steps, {len(info.checkpoints)} checkpoints committed in {out}", markup=False)
+        app.print(
+            f"trained {info.steps} steps, {len(info.checkpoints)} checkpoints committed in {out}",
+            markup=False,
+        )
 
 
 @click.command(short_help="Sign a run into a proof bundle")
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
 @click.option("--job", "job_file", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--key", required=True, type=click.Path(exists=True, dir_okay=False), help="Worker secret key (dk keygen).")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="Bundle directory to create.")
-@click.option("--respond", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="challenge.json from `dk challenge`: add zk proofs for exactly those intervals.")
+@click.option(
+    "--key",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Worker secret key (dk keygen).",
+)
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False), help="Bundle directory to create."
+)
+@click.option(
+    "--respond",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="challenge.json from `dk challenge`: add zk proofs for exactly those intervals.",
+)
 @click.option("--zk", is_flag=True, help="With --respond: prove the challenged steps with EZKL.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def prove(app: App, run: str, job_file: str, key: str, out: str, respond: str | None, zk: bool, as_json: bool) -> None:
+def prove(
+    app: App,
+    run: str,
+    job_file: str,
+    key: str,
+    out: str,
+    respond: str | None,
+    zk: bool,
+    as_json: bool,
+) -> None:
     """Turn the run directory RUN into a signed bundle OUT."""
     from dk.crypto.keys import load_signing_key
     from dk.pol.job import load_job
@@ -179,25 +302,85 @@ def prove(app: App, run: str, job_file: str, key: str, out: str, respond: str | 
 @click.command(short_help="Verify a proof bundle")
 @click.argument("bundle", type=click.Path())
 @click.option("--job", "job_file", required=True, type=click.Path(dir_okay=False))
-@click.option("--beacon", callback=_hex32, default=None, help=f"Challenge entropy ({_HEX32}) fixed after the commitment; default: a fresh nonce.")
-@click.option("--samples", type=click.IntRange(0), default=None, help="Uniformly sampled intervals [default: enough for --detect].")
-@click.option("--topq", type=click.IntRange(0), default=1, show_default=True, help="Largest-update intervals per epoch added.")
-@click.option("--detect", type=click.FloatRange(0, 1), default=0.99, show_default=True, help="Target detection probability.")
-@click.option("--skipped", type=click.FloatRange(0, 1), default=0.1, show_default=True, help="Skipped fraction to detect.")
-@click.option("--workers", type=click.IntRange(1), default=1, show_default=True, help="Local replay processes.")
+@click.option(
+    "--beacon",
+    callback=_hex32,
+    default=None,
+    help=f"Challenge entropy ({_HEX32}) fixed after the commitment; default: a fresh nonce.",
+)
+@click.option(
+    "--samples",
+    type=click.IntRange(0),
+    default=None,
+    help="Uniformly sampled intervals [default: enough for --detect].",
+)
+@click.option(
+    "--topq",
+    type=click.IntRange(0),
+    default=1,
+    show_default=True,
+    help="Largest-update intervals per epoch added.",
+)
+@click.option(
+    "--detect",
+    type=click.FloatRange(0, 1),
+    default=0.99,
+    show_default=True,
+    help="Target detection probability.",
+)
+@click.option(
+    "--skipped",
+    type=click.FloatRange(0, 1),
+    default=0.1,
+    show_default=True,
+    help="Skipped fraction to detect.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Local replay processes.",
+)
 @click.option("--worker", default=None, help="Require this worker public key (hex).")
-@click.option("--integrity", type=click.Choice(["all", "challenged"]), default="all", show_default=True,
-              help="Check every checkpoint blob, or only those the challenge needs.")
+@click.option(
+    "--integrity",
+    type=click.Choice(["all", "challenged"]),
+    default="all",
+    show_default=True,
+    help="Check every checkpoint blob, or only those the challenge needs.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
-def verify(app: App, bundle: str, job_file: str, beacon: bytes | None, samples: int | None, topq: int,
-           detect: float, skipped: float, workers: int, worker: str | None, integrity: str,
-           as_json: bool) -> None:
+def verify(
+    app: App,
+    bundle: str,
+    job_file: str,
+    beacon: bytes | None,
+    samples: int | None,
+    topq: int,
+    detect: float,
+    skipped: float,
+    workers: int,
+    worker: str | None,
+    integrity: str,
+    as_json: bool,
+) -> None:
     """Verify BUNDLE against the job. Exit 0 accept, 1 reject, 3 malformed input."""
     from dk.verifier import verify_bundle
 
-    report = verify_bundle(bundle, job_file, beacon=beacon, samples=samples, topq=topq, workers=workers,
-                           skipped_fraction=skipped, detect=detect, worker=worker, integrity=integrity)
+    report = verify_bundle(
+        bundle,
+        job_file,
+        beacon=beacon,
+        samples=samples,
+        topq=topq,
+        workers=workers,
+        skipped_fraction=skipped,
+        detect=detect,
+        worker=worker,
+        integrity=integrity,
+    )
     d = report.to_dict()
     if as_json:
         app.emit_json(d)
@@ -208,15 +391,23 @@ def verify(app: App, bundle: str, job_file: str, beacon: bytes | None, samples: 
         for line in report_summary(d):
             app.print(line)
     if not report.ok:
-        malformed = {"BUNDLE_NOT_FOUND", "JOB_MALFORMED", "MANIFEST_MISSING", "MANIFEST_MALFORMED",
-                     "MANIFEST_TOO_LARGE", "UNSUPPORTED_VERSION"}
+        malformed = {
+            "BUNDLE_NOT_FOUND",
+            "JOB_MALFORMED",
+            "MANIFEST_MISSING",
+            "MANIFEST_MALFORMED",
+            "MANIFEST_TOO_LARGE",
+            "UNSUPPORTED_VERSION",
+        }
         app.abort(None, ExitCode.MALFORMED if set(report.codes) <= malformed else ExitCode.REJECTED)
 
 
 @click.command(short_help="Recommend a tolerance for tolerant mode")
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--intervals", type=click.IntRange(1), default=3, show_default=True)
-@click.option("--threads", default="1,2", show_default=True, help="Replay thread counts, comma-separated.")
+@click.option(
+    "--threads", default="1,2", show_default=True, help="Replay thread counts, comma-separated."
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def calibrate(app: App, job_file: str, intervals: int, threads: str, as_json: bool) -> None:
@@ -238,9 +429,18 @@ def calibrate(app: App, job_file: str, intervals: int, threads: str, as_json: bo
 
     t = Table("interval", "threads", "l2", "linf", "cosine", box=None)
     for r in cal.rows:
-        t.add_row(str(r["interval"]), str(r["threads"]), f"{r['l2']:.3e}", f"{r['linf']:.3e}", f"{r['cosine']:.9f}")
+        t.add_row(
+            str(r["interval"]),
+            str(r["threads"]),
+            f"{r['l2']:.3e}",
+            f"{r['linf']:.3e}",
+            f"{r['cosine']:.9f}",
+        )
     app.print(t)
-    app.print(f"largest honest l2 distance {cal.max_l2:.3e}; recommended tolerance {cal.recommended_tolerance:.3e}")
+    app.print(
+        f"largest honest l2 distance {cal.max_l2:.3e}; "
+        f"recommended tolerance {cal.recommended_tolerance:.3e}"
+    )
 
 
 @click.group(short_help="Check the test vectors")

@@ -21,10 +21,20 @@ from dk.cli.exit_codes import ExitCode
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Add --db/--now/--json and map market refusals to exit code 1."""
 
-    @click.option("--db", envvar="DK_MARKET_DB", default="market.db", show_default=True,
-                  type=click.Path(dir_okay=False), help="Ledger file (SQLite).")
-    @click.option("--now", type=click.IntRange(0), default=None,
-                  help="Time in integer seconds (default: now).")
+    @click.option(
+        "--db",
+        envvar="DK_MARKET_DB",
+        default="market.db",
+        show_default=True,
+        type=click.Path(dir_okay=False),
+        help="Ledger file (SQLite).",
+    )
+    @click.option(
+        "--now",
+        type=click.IntRange(0),
+        default=None,
+        help="Time in integer seconds (default: now).",
+    )
     @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
     @click.pass_obj
     @functools.wraps(fn)
@@ -88,8 +98,13 @@ def _job(path: str) -> Any:
     return load_job(path)
 
 
-KEY = click.option("--key", "keyfile", required=True, type=click.Path(exists=True, dir_okay=False),
-                   help="The acting account's Ed25519 secret key file.")
+KEY = click.option(
+    "--key",
+    "keyfile",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The acting account's Ed25519 secret key file.",
+)
 
 
 @click.group(short_help="Orders, bids, escrow, results, challenges, audit")
@@ -98,10 +113,20 @@ def market() -> None:
 
 
 @market.command(short_help="Create a ledger")
-@click.option("--k", type=click.IntRange(1, 64), default=2, show_default=True,
-              help="Default validator attestations needed.")
-@click.option("--window", type=click.IntRange(0), default=3600, show_default=True,
-              help="Default challenge window (s).")
+@click.option(
+    "--k",
+    type=click.IntRange(1, 64),
+    default=2,
+    show_default=True,
+    help="Default validator attestations needed.",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(0),
+    default=3600,
+    show_default=True,
+    help="Default challenge window (s).",
+)
 @click.option("--samples", type=click.IntRange(0), default=2, show_default=True)
 @click.option("--topq", type=click.IntRange(0), default=1, show_default=True)
 @click.option("--min-bond", type=click.IntRange(1), default=1, show_default=True)
@@ -152,13 +177,32 @@ def transfer(db: str, now: int, keyfile: str, to: str, amount: int) -> dict[str,
 @click.option("--k", type=click.IntRange(1, 64), default=None)
 @click.option("--window", type=click.IntRange(0), default=None)
 @_common
-def order(db: str, now: int, keyfile: str, job_path: str, max_price: int, min_stake: int,
-          deadline: int, tag: tuple[str, ...], k: int | None, window: int | None) -> dict[str, Any]:
+def order(
+    db: str,
+    now: int,
+    keyfile: str,
+    job_path: str,
+    max_price: int,
+    min_stake: int,
+    deadline: int,
+    tag: tuple[str, ...],
+    k: int | None,
+    window: int | None,
+) -> dict[str, Any]:
     """Order the job in --job, escrowing --max-price."""
     policy = {n: v for n, v in (("k", k), ("window", window)) if v is not None}
-    return _signed(db, keyfile, "order", now, job_id=_job(job_path).job_id.hex(),
-                   max_price=max_price, min_stake=min_stake, deadline=now + deadline,
-                   policy=policy, tags=_tags(tag))
+    return _signed(
+        db,
+        keyfile,
+        "order",
+        now,
+        job_id=_job(job_path).job_id.hex(),
+        max_price=max_price,
+        min_stake=min_stake,
+        deadline=now + deadline,
+        policy=policy,
+        tags=_tags(tag),
+    )
 
 
 @market.command(short_help="Place a bid (locks the stake)")
@@ -168,11 +212,13 @@ def order(db: str, now: int, keyfile: str, job_path: str, max_price: int, min_st
 @click.option("--stake", type=click.IntRange(0), default=0, show_default=True, help="Per job.")
 @click.option("--tag", "tag", multiple=True, help="Offer KEY=VALUE (repeatable).")
 @_common
-def bid(db: str, now: int, keyfile: str, price: int, capacity: int, stake: int,
-        tag: tuple[str, ...]) -> dict[str, Any]:
+def bid(
+    db: str, now: int, keyfile: str, price: int, capacity: int, stake: int, tag: tuple[str, ...]
+) -> dict[str, Any]:
     """Offer CAPACITY jobs at PRICE, staking STAKE per job."""
-    return _signed(db, keyfile, "bid", now, price=price, capacity=capacity, stake=stake,
-                   tags=_tags(tag))
+    return _signed(
+        db, keyfile, "bid", now, price=price, capacity=capacity, stake=stake, tags=_tags(tag)
+    )
 
 
 @market.command(short_help="Match an order with the best bid")
@@ -250,8 +296,9 @@ def register_validator(db: str, now: int, keyfile: str, bls_key: str) -> dict[st
 @click.argument("order_id")
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
 @_common
-def attest(db: str, now: int, keyfile: str, bls_key: str, job_path: str, order_id: str,
-           bundle: str) -> dict[str, Any]:
+def attest(
+    db: str, now: int, keyfile: str, bls_key: str, job_path: str, order_id: str, bundle: str
+) -> dict[str, Any]:
     """Re-run the verifier on BUNDLE and sign an attestation for ORDER_ID."""
     from dk.crypto.keys import load_signing_key
     from dk.market import BlsKey, Client
@@ -259,8 +306,7 @@ def attest(db: str, now: int, keyfile: str, bls_key: str, job_path: str, order_i
 
     with _open(db) as m:
         client = Client(load_signing_key(keyfile), m.market_id)
-        req = attestation_request(m, client, BlsKey.load(bls_key), order_id, bundle,
-                                  _job(job_path))
+        req = attestation_request(m, client, BlsKey.load(bls_key), order_id, bundle, _job(job_path))
         return m.execute(req, now=now)
 
 
@@ -278,11 +324,22 @@ def accept(db: str, now: int, order_id: str) -> dict[str, Any]:
 @click.argument("order_id")
 @click.option("--bond", type=click.IntRange(1), required=True)
 @click.option("--interval", type=click.IntRange(0), default=None, help="Disputed interval.")
-@click.option("--counter", type=click.Path(exists=True, file_okay=False), default=None,
-              help="Your own bundle: bisection finds the disputed interval.")
+@click.option(
+    "--counter",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="Your own bundle: bisection finds the disputed interval.",
+)
 @_common
-def challenge(db: str, now: int, keyfile: str, order_id: str, bond: int, interval: int | None,
-              counter: str | None) -> dict[str, Any]:
+def challenge(
+    db: str,
+    now: int,
+    keyfile: str,
+    order_id: str,
+    bond: int,
+    interval: int | None,
+    counter: str | None,
+) -> dict[str, Any]:
     """Dispute ORDER_ID naming --interval or giving a --counter transcript."""
     if (interval is None) == (counter is None):
         raise click.UsageError("give exactly one of --interval and --counter")

@@ -70,7 +70,7 @@ def _reject_constant(name: str) -> Any:
 
 
 def parse_json(data: bytes, *, limit: int, what: str = "JSON document") -> Any:
-    """Parse untrusted JSON strictly: size limit, UTF-8, no duplicate keys, no NaN, bounded depth."""
+    """Parse untrusted JSON strictly: size limit, UTF-8, no duplicates, no NaN, bounded depth."""
     if len(data) > limit:
         raise FormatError(f"{what} is {len(data)} bytes, over the {limit}-byte limit")
     try:
@@ -78,9 +78,7 @@ def parse_json(data: bytes, *, limit: int, what: str = "JSON document") -> Any:
     except UnicodeDecodeError:
         raise FormatError(f"{what} is not valid UTF-8") from None
     try:
-        value = json.loads(
-            text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant
-        )
+        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
     except FormatError:
         raise
     except (ValueError, RecursionError) as e:

@@ -100,9 +100,9 @@ def encode_tensors(tensors: Mapping[str, np.ndarray]) -> bytes:
     return b"".join(bytes(s) for s in _segments(tensors))
 
 
-def iter_chunks(tensors: Mapping[str, np.ndarray], chunk_size: int = CHUNK_SIZE) -> Iterator[
-    memoryview | bytes
-]:
+def iter_chunks(
+    tensors: Mapping[str, np.ndarray], chunk_size: int = CHUNK_SIZE
+) -> Iterator[memoryview | bytes]:
     """Yield the canonical stream in ``chunk_size`` pieces without copying large tensors."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")

@@ -124,6 +124,8 @@ def verify_inclusion(leaf: bytes, proof: InclusionProof, root: bytes) -> bool:
         # else: the odd last node is promoted with no sibling
         i //= 2
         n = (n + 1) // 2
-    return k == len(proof.path) and all(len(p) == DIGEST_SIZE for p in proof.path) and (
-        digests_equal(h, root)
+    return (
+        k == len(proof.path)
+        and all(len(p) == DIGEST_SIZE for p in proof.path)
+        and (digests_equal(h, root))
     )

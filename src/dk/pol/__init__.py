@@ -12,7 +12,15 @@ from dk.pol.job import JobSpec as JobSpec
 from dk.pol.job import load_job as load_job
 from dk.pol.job import parse_job as parse_job
 
-__all__ = ["JobSpec", "Recorder", "build_model", "default_job", "load_job", "parse_job", "train_job"]
+__all__ = [
+    "JobSpec",
+    "Recorder",
+    "build_model",
+    "default_job",
+    "load_job",
+    "parse_job",
+    "train_job",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -33,14 +33,27 @@ class Calibration:
         return dict(self.__dict__)
 
 
-def calibrate(job: JobSpec, *, intervals: int = 3, train_threads: int = 1,
-              replay_threads: tuple[int, ...] = (1, 2), safety: float = 10.0,
-              floor: float = 1e-6) -> Calibration:
+def calibrate(
+    job: JobSpec,
+    *,
+    intervals: int = 3,
+    train_threads: int = 1,
+    replay_threads: tuple[int, ...] = (1, 2),
+    safety: float = 10.0,
+    floor: float = 1e-6,
+) -> Calibration:
     """Measure replay distances of the first ``intervals`` intervals of ``job``."""
     import torch
 
     from dk.pol.replay import distances, replay_interval
-    from dk.pol.torch_adapter import batch_tensors, deterministic, make_loss, make_optimizer, snapshot, train_step
+    from dk.pol.torch_adapter import (
+        batch_tensors,
+        deterministic,
+        make_loss,
+        make_optimizer,
+        snapshot,
+        train_step,
+    )
 
     ds = load_dataset(job)
     check_dims(job, ds)
@@ -59,7 +72,9 @@ def calibrate(job: JobSpec, *, intervals: int = 3, train_threads: int = 1,
                 train_step(model, opt, loss_fn, *batch_tensors(ds, sampler.batch(t)))
             cks.append(snapshot(model, opt, job, b, sampler.steps_per_epoch))
         torch.set_num_threads(old)
-    cal = Calibration(intervals=len(steps) - 1, train_threads=train_threads, replay_threads=list(replay_threads))
+    cal = Calibration(
+        intervals=len(steps) - 1, train_threads=train_threads, replay_threads=list(replay_threads)
+    )
     for i in range(len(steps) - 1):
         for th in replay_threads:
             end = _replay_threads(job, ds, cks[i], steps[i], steps[i + 1], th, replay_interval)
@@ -70,7 +85,9 @@ def calibrate(job: JobSpec, *, intervals: int = 3, train_threads: int = 1,
     return cal
 
 
-def _replay_threads(job: JobSpec, ds: Any, start: Any, a: int, b: int, threads: int, replay: Any) -> Any:
+def _replay_threads(
+    job: JobSpec, ds: Any, start: Any, a: int, b: int, threads: int, replay: Any
+) -> Any:
     import torch
 
     old = torch.get_num_threads()

@@ -78,21 +78,31 @@ def _check_codec_state(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> Non
     keys = [k for k in ck if k.startswith("compress/")]
     if not job.train.get("compression"):
         if keys:
-            raise FormatError(f"checkpoint at step {step}: codec state in a job without compression",
-                              reason="SHAPE_MISMATCH")
+            raise FormatError(
+                f"checkpoint at step {step}: codec state in a job without compression",
+                reason="SHAPE_MISMATCH",
+            )
         return
     c = ck.get(COUNTER_KEY)
     if c is None or c.dtype != np.uint64 or c.shape != (1,):
-        raise FormatError(f"checkpoint at step {step}: {COUNTER_KEY} must be uint64[1]", reason="SHAPE_MISMATCH")
+        raise FormatError(
+            f"checkpoint at step {step}: {COUNTER_KEY} must be uint64[1]", reason="SHAPE_MISMATCH"
+        )
     shapes = {n: s for n, s, _ in param_specs(job.model)}
     for k in keys:
         if k == COUNTER_KEY:
             continue
-        name, _, kind = k[len("compress/"):].rpartition("/")
+        name, _, kind = k[len("compress/") :].rpartition("/")
         v = ck[k]
-        if name not in shapes or kind not in ("residual", "momentum") or v.dtype != np.float32 \
-                or v.shape != shapes[name]:
-            raise FormatError(f"checkpoint at step {step}: bad codec state {k}", reason="SHAPE_MISMATCH")
+        if (
+            name not in shapes
+            or kind not in ("residual", "momentum")
+            or v.dtype != np.float32
+            or v.shape != shapes[name]
+        ):
+            raise FormatError(
+                f"checkpoint at step {step}: bad codec state {k}", reason="SHAPE_MISMATCH"
+            )
 
 
 def expected_schema(job: Any, step: int) -> dict[str, tuple[str, tuple[int, ...]]]:
@@ -139,7 +149,9 @@ def blob_name(root: bytes) -> str:
     return f"blobs/{root.hex()}.safetensors"
 
 
-def write_blob(directory: Path, tensors: Mapping[str, np.ndarray], root: bytes | None = None) -> tuple[bytes, Path, int]:
+def write_blob(
+    directory: Path, tensors: Mapping[str, np.ndarray], root: bytes | None = None
+) -> tuple[bytes, Path, int]:
     """Write a checkpoint blob atomically; returns (root, path, size). Idempotent."""
     from safetensors.numpy import save
 
@@ -174,7 +186,9 @@ def parse_blob(data: bytes) -> Tensors:
     try:
         tensors = load(data)
     except Exception as e:  # safetensors raises its own SafetensorError
-        raise FormatError(f"checkpoint blob is not valid safetensors: {e}", reason="BLOB_MALFORMED") from None
+        raise FormatError(
+            f"checkpoint blob is not valid safetensors: {e}", reason="BLOB_MALFORMED"
+        ) from None
     return {k: np.asarray(v) for k, v in tensors.items()}
 
 
@@ -189,7 +203,10 @@ def read_blob_file(path: Path, *, limit: int = MAX_BLOB_BYTES) -> bytes:
     if not _stat.S_ISREG(st.st_mode):
         raise FormatError(f"blob {path.name} is not a regular file", reason="BAD_PATH")
     if st.st_size > limit:
-        raise FormatError(f"blob {path.name} is {st.st_size} bytes, over the {limit} limit", reason="BLOB_TOO_LARGE")
+        raise FormatError(
+            f"blob {path.name} is {st.st_size} bytes, over the {limit} limit",
+            reason="BLOB_TOO_LARGE",
+        )
     with open(path, "rb") as f:
         data = f.read(limit + 1)
     if len(data) > limit:
@@ -215,10 +232,14 @@ def check_schema(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> None:
         v = ck[k]
         if v.dtype != _DTYPES[dt] or v.shape != shape:
             raise FormatError(
-                f"checkpoint at step {step}: {k} is {v.dtype.name}{list(v.shape)}, expected {dt}{list(shape)}",
+                f"checkpoint at step {step}: {k} is {v.dtype.name}{list(v.shape)}, "
+                f"expected {dt}{list(shape)}",
                 reason="SHAPE_MISMATCH",
             )
     for k, v in ck.items():
         if v.dtype.kind == "f" and not np.isfinite(v).all():
-            raise FormatError(f"checkpoint at step {step}: {k} has NaN or infinite values", reason="TENSOR_INVALID")
+            raise FormatError(
+                f"checkpoint at step {step}: {k} has NaN or infinite values",
+                reason="TENSOR_INVALID",
+            )
     _check_codec_state(job, step, ck)

@@ -126,16 +126,23 @@ def check_dims(job: object, dataset: Dataset) -> None:
     assert isinstance(job, JobSpec)
     din, dout = model_dims(job.model)
     if din != dataset.input_dim:
-        raise FormatError(f"job: the model takes {din} inputs, the data has {dataset.input_dim} "
-                          "features per sample", reason="JOB_MALFORMED")
+        raise FormatError(
+            f"job: the model takes {din} inputs, the data has {dataset.input_dim} "
+            "features per sample",
+            reason="JOB_MALFORMED",
+        )
     need = dataset.output_dim
     if dataset.is_classification and job.train["loss"] == "cross_entropy":
         if dout < need:
-            raise FormatError(f"job: the model has {dout} outputs, the data has {need} classes",
-                              reason="JOB_MALFORMED")
+            raise FormatError(
+                f"job: the model has {dout} outputs, the data has {need} classes",
+                reason="JOB_MALFORMED",
+            )
     elif dout != need:
-        raise FormatError(f"job: the model has {dout} outputs, the {job.train['loss']} targets "
-                          f"need {need}", reason="JOB_MALFORMED")
+        raise FormatError(
+            f"job: the model has {dout} outputs, the {job.train['loss']} targets need {need}",
+            reason="JOB_MALFORMED",
+        )
 
 
 def load_dataset(job: object) -> Dataset:

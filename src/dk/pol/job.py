@@ -99,9 +99,12 @@ def _hex_or_empty(section: dict[str, Any], key: str) -> str:
 def _merge(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[str, Any]:
     out = copy.deepcopy(defaults)
     for k, v in given.items():
-        if k not in defaults and not (where == "data" and k in ("path", "root")) \
-                and not (where == "model" and k in ("input_dim", "output_dim", "input_shape")) \
-                and not (where == "pol" and k == "init_root"):
+        if (
+            k not in defaults
+            and not (where == "data" and k in ("path", "root"))
+            and not (where == "model" and k in ("input_dim", "output_dim", "input_shape"))
+            and not (where == "pol" and k == "init_root")
+        ):
             raise _fail(f"unknown key {where + '.' if where else ''}{k}")
         out[k] = v
     return out
@@ -111,7 +114,9 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     """Validate a parsed job and fill in defaults; returns the normal form (with ``data.path``)."""
     if not isinstance(raw, dict):
         raise _fail("top level must be a table")
-    given_hidden = raw.get("model", {}).get("hidden") if isinstance(raw.get("model"), dict) else None
+    given_hidden = (
+        raw.get("model", {}).get("hidden") if isinstance(raw.get("model"), dict) else None
+    )
     top = {k: v for k, v in raw.items() if not isinstance(v, dict)}
     job = _merge({k: v for k, v in _DEFAULTS.items() if not isinstance(v, dict)}, top, "")
     for sec in ("model", "data", "train", "pol"):
@@ -131,8 +136,13 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     m = job["model"]
     _choice(m, "arch", ARCHES)
     _choice(m, "activation", ACTIVATIONS)
-    if not isinstance(m["hidden"], list) or len(m["hidden"]) > 16 or not all(
-        isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH for h in m["hidden"]
+    if (
+        not isinstance(m["hidden"], list)
+        or len(m["hidden"]) > 16
+        or not all(
+            isinstance(h, int) and not isinstance(h, bool) and 1 <= h <= MAX_WIDTH
+            for h in m["hidden"]
+        )
     ):
         raise _fail(f"model.hidden must be a list of at most 16 widths in [1, {MAX_WIDTH}]")
     for key in ("input_dim", "output_dim"):
@@ -140,9 +150,11 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
             _int(m, key, 1, 1 << 24)
     if "input_shape" in m:
         shp = m["input_shape"]
-        if not (isinstance(shp, list) and len(shp) == 3 and all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shp
-        )):
+        if not (
+            isinstance(shp, list)
+            and len(shp) == 3
+            and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shp)
+        ):
             raise _fail("model.input_shape must be [C, H, W]")
     if m["arch"] != "mlp":
         if given_hidden:
@@ -154,7 +166,11 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         raise _fail("model.input_shape [C, H, W] is required for the cnn")
     if m["arch"] != "cnn" and "input_dim" not in m:
         raise _fail("model.input_dim is required (`dk job init` fills it in)")
-    if m["arch"] == "cnn" and "input_shape" in m and (m["input_shape"][1] % 4 or m["input_shape"][2] % 4):
+    if (
+        m["arch"] == "cnn"
+        and "input_shape" in m
+        and (m["input_shape"][1] % 4 or m["input_shape"][2] % 4)
+    ):
         raise _fail("cnn input height and width must be divisible by 4")
 
     d = job["data"]
@@ -173,9 +189,13 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     for key in ("lr", "momentum", "weight_decay", "eps"):
         t[key] = float(t[key])
     b = t["betas"]
-    if not (isinstance(b, list) and len(b) == 2 and all(
-        isinstance(x, int | float) and not isinstance(x, bool) and 0.0 <= x < 1.0 for x in b
-    )):
+    if not (
+        isinstance(b, list)
+        and len(b) == 2
+        and all(
+            isinstance(x, int | float) and not isinstance(x, bool) and 0.0 <= x < 1.0 for x in b
+        )
+    ):
         raise _fail("train.betas must be two numbers in [0, 1)")
     t["betas"] = [float(x) for x in b]
     _int(t, "steps", 1, MAX_STEPS)
@@ -192,7 +212,9 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         except (FormatError, ValueError) as e:
             raise _fail(f"train.compression: {e}") from None
         if codec.spec.startswith("powersgd"):
-            raise _fail("train.compression: powersgd runs only as a DDP hook, not in a replayable job")
+            raise _fail(
+                "train.compression: powersgd runs only as a DDP hook, not in a replayable job"
+            )
         t["compression"] = codec.spec  # canonical spelling, so equal codecs give equal job_ids
 
     p = job["pol"]

@@ -11,11 +11,25 @@ from dk.pol.data import load_dataset
 from dk.pol.job import JobSpec, normalize
 
 
-def default_job(*, arch: str = "mlp", mode: str = "exact", steps: int = 300, interval: int = 10,
-                seed: int = 0, dataset: str = "digits", data_path: str | None = None,
-                hidden: list[int] | None = None, optimizer: str = "sgd", lr: float | None = None,
-                batch_size: int = 32, loss: str = "cross_entropy", tolerance: float | None = None,
-                name: str | None = None, base_dir: Path = Path("."), **extra: Any) -> JobSpec:
+def default_job(
+    *,
+    arch: str = "mlp",
+    mode: str = "exact",
+    steps: int = 300,
+    interval: int = 10,
+    seed: int = 0,
+    dataset: str = "digits",
+    data_path: str | None = None,
+    hidden: list[int] | None = None,
+    optimizer: str = "sgd",
+    lr: float | None = None,
+    batch_size: int = 32,
+    loss: str = "cross_entropy",
+    tolerance: float | None = None,
+    name: str | None = None,
+    base_dir: Path = Path("."),
+    **extra: Any,
+) -> JobSpec:
     """A complete job for the given choices, with ``data.root`` and ``pol.init_root`` filled in.
 
     With no arguments: an exact-mode digits MLP (64-64-10, SGD with momentum), 300 steps,
@@ -44,12 +58,16 @@ def default_job(*, arch: str = "mlp", mode: str = "exact", steps: int = 300, int
     for sec, values in extra.items():
         raw.setdefault(sec, {}).update(values)
     probe_model = {**raw["model"], "output_dim": 1}
-    probe_model.setdefault("input_shape" if arch == "cnn" else "input_dim", [1, 4, 4] if arch == "cnn" else 1)
+    probe_model.setdefault(
+        "input_shape" if arch == "cnn" else "input_dim", [1, 4, 4] if arch == "cnn" else 1
+    )
     provisional = JobSpec(normalize({**raw, "model": probe_model}), base_dir)
     ds = load_dataset(provisional)
     raw["model"]["output_dim"] = ds.output_dim
     if arch == "cnn":
-        raw["model"].setdefault("input_shape", [1, *_square(ds.input_dim)] if ds.X.ndim == 2 else list(ds.X.shape[1:]))
+        raw["model"].setdefault(
+            "input_shape", [1, *_square(ds.input_dim)] if ds.X.ndim == 2 else list(ds.X.shape[1:])
+        )
     else:
         raw["model"]["input_dim"] = ds.input_dim
     raw["data"]["root"] = ds.root().hex()
@@ -62,8 +80,10 @@ def default_job(*, arch: str = "mlp", mode: str = "exact", steps: int = 300, int
 
 
 def _square(n: int) -> list[int]:
-    s = int(round(n**0.5))
+    s = round(n**0.5)
     if s * s != n:
-        raise FormatError(f"job: cannot infer a square image from {n} features; set model.input_shape",
-                          reason="JOB_MALFORMED")
+        raise FormatError(
+            f"job: cannot infer a square image from {n} features; set model.input_shape",
+            reason="JOB_MALFORMED",
+        )
     return [s, s]

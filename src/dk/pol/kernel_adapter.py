@@ -27,9 +27,19 @@ def optimizer_spec(job: Any) -> dict[str, Any]:
     """The job's optimizer in :class:`ExactTrainer` form."""
     t = job.train
     if t["optimizer"] == "sgd":
-        return {"name": "sgd", "lr": t["lr"], "momentum": t["momentum"], "weight_decay": t["weight_decay"]}
-    return {"name": "adam", "lr": t["lr"], "betas": list(t["betas"]), "eps": t["eps"],
-            "weight_decay": t["weight_decay"]}
+        return {
+            "name": "sgd",
+            "lr": t["lr"],
+            "momentum": t["momentum"],
+            "weight_decay": t["weight_decay"],
+        }
+    return {
+        "name": "adam",
+        "lr": t["lr"],
+        "betas": list(t["betas"]),
+        "eps": t["eps"],
+        "weight_decay": t["weight_decay"],
+    }
 
 
 class KernelSession:
@@ -39,22 +49,30 @@ class KernelSession:
         from dk.pol.exact import ExactTrainer
 
         self.job = job
-        self.trainer = ExactTrainer(job.model, optimizer_spec(job), job.train["loss"], device=device)
-        self.params: dict[str, np.ndarray] = {k: np.ascontiguousarray(v) for k, v in init_params(job.model, job.seed).items()}
+        self.trainer = ExactTrainer(
+            job.model, optimizer_spec(job), job.train["loss"], device=device
+        )
+        self.params: dict[str, np.ndarray] = {
+            k: np.ascontiguousarray(v) for k, v in init_params(job.model, job.seed).items()
+        }
         self.state: dict[str, np.ndarray] = {}
 
     def restore(self, ck: Mapping[str, np.ndarray]) -> None:
         """Load ``model/*`` and ``optim/<param>/*`` tensors of a checkpoint (copies)."""
-        self.params = {name: np.array(ck[f"model/{name}"], dtype=np.float32, order="C")
-                       for name in self.trainer.param_shapes()}
+        self.params = {
+            name: np.array(ck[f"model/{name}"], dtype=np.float32, order="C")
+            for name in self.trainer.param_shapes()
+        }
         self.state = {}
         for key, value in ck.items():
             if key.startswith("optim/") and key.count("/") >= 2:
-                self.state[key[len("optim/"):]] = np.array(value, dtype=np.float32, order="C")
+                self.state[key[len("optim/") :]] = np.array(value, dtype=np.float32, order="C")
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
         """One training step on a batch; returns the batch loss before the update."""
-        return self.trainer.step(self.params, self.state, np.ascontiguousarray(x, dtype=np.float32), y)
+        return self.trainer.step(
+            self.params, self.state, np.ascontiguousarray(x, dtype=np.float32), y
+        )
 
     def snapshot(self, step: int, steps_per_epoch: int) -> Tensors:
         """The checkpoint at ``step`` (SPEC §10.1)."""

@@ -82,7 +82,8 @@ class JobLoader:
         for t in range(rec.step, rec.job.steps):
             if rec.step != t:
                 raise JobMismatch(
-                    f"optimizer.step() must be called exactly once per batch (step {rec.step}, batch {t})"
+                    "optimizer.step() must be called exactly once per batch "
+                    f"(step {rec.step}, batch {t})"
                 )
             yield batch_tensors(rec.dataset, rec.sampler.batch(t))
 
@@ -90,8 +91,14 @@ class JobLoader:
 class Recorder:
     """Wraps a training loop and writes a run directory (see module docs)."""
 
-    def __init__(self, job: JobSpec | str | Path, run_dir: str | Path, *,
-                 dataset: Dataset | None = None, progress: Any = None) -> None:
+    def __init__(
+        self,
+        job: JobSpec | str | Path,
+        run_dir: str | Path,
+        *,
+        dataset: Dataset | None = None,
+        progress: Any = None,
+    ) -> None:
         self.job = as_job(job)
         self.run_dir = Path(run_dir)
         self.dataset = dataset if dataset is not None else load_dataset(self.job)
@@ -112,8 +119,10 @@ class Recorder:
 
         self.kernels = KernelSession(self.job) if uses_kernels(self.job) else None
         self.info = RunInfo(
-            job_id=self.job.job_id.hex(), data_root=self.dataset.root().hex(),
-            interval=self.job.interval, steps=self.job.steps,
+            job_id=self.job.job_id.hex(),
+            data_root=self.dataset.root().hex(),
+            interval=self.job.interval,
+            steps=self.job.steps,
         )
 
     # -- attach ------------------------------------------------------------------------
@@ -121,11 +130,14 @@ class Recorder:
         got = {n: tuple(p.shape) for n, p in model.named_parameters()}
         want = {n: s for n, s, _ in param_specs(self.job.model)}
         if got != want:
-            raise JobMismatch(f"model parameters {got} are not the job's {self.job.model['arch']} {want}")
+            raise JobMismatch(
+                f"model parameters {got} are not the job's {self.job.model['arch']} {want}"
+            )
         for name, value in init_params(self.job.model, self.job.seed).items():
             if not np.array_equal(model.get_parameter(name).detach().numpy(), value):
                 raise JobMismatch(
-                    f"model weight {name} is not the job's initial weight (use dk.pol.build_model(job))"
+                    f"model weight {name} is not the job's initial weight "
+                    "(use dk.pol.build_model(job))"
                 )
 
     def _check_optimizer(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> None:
@@ -156,8 +168,9 @@ class Recorder:
         if optimizer.state:
             raise JobMismatch("optimizer already has state; attach before the first step")
 
-    def attach(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-               loader: Any = None) -> tuple[torch.nn.Module, Any, JobLoader]:
+    def attach(
+        self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Any = None
+    ) -> tuple[torch.nn.Module, Any, JobLoader]:
         """Check the user's objects against the job and start recording."""
         self._check_model(model)
         self._check_optimizer(optimizer, model)
@@ -165,9 +178,13 @@ class Recorder:
             bs = getattr(loader, "batch_size", None)
             ds = getattr(loader, "dataset", None)
             if bs is not None and bs != self.job.train["batch_size"]:
-                raise JobMismatch(f"loader batch_size {bs}, the job says {self.job.train['batch_size']}")
+                raise JobMismatch(
+                    f"loader batch_size {bs}, the job says {self.job.train['batch_size']}"
+                )
             if ds is not None and hasattr(ds, "__len__") and len(ds) != len(self.dataset):
-                raise JobMismatch(f"loader dataset has {len(ds)} samples, the job's has {len(self.dataset)}")
+                raise JobMismatch(
+                    f"loader dataset has {len(ds)} samples, the job's has {len(self.dataset)}"
+                )
         self._model, self._opt = model, optimizer
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "run.log.jsonl").write_text("")
@@ -183,7 +200,9 @@ class Recorder:
         if self.kernels is not None:
             ck = self.kernels.snapshot(step, self.sampler.steps_per_epoch)
         else:
-            ck = snapshot(self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec)
+            ck = snapshot(
+                self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
+            )
         self._put((index, step, ck))
 
     def _kernel_step(self) -> None:
@@ -233,8 +252,12 @@ class Recorder:
                 if prev is not None:
                     start = self.info.checkpoints[index - 1].step
                     iv = IntervalEntry(
-                        index=index - 1, start_step=start, end_step=step,
-                        batch_commitment=self.sampler.batch_commitment(index - 1, start, step).hex(),
+                        index=index - 1,
+                        start_step=start,
+                        end_step=step,
+                        batch_commitment=self.sampler.batch_commitment(
+                            index - 1, start, step
+                        ).hex(),
                         update_norm=update_norm(prev, ck),
                     )
                     self.info.intervals.append(iv)

@@ -25,10 +25,9 @@ class Replayer:
     """
 
     def __init__(self, job: JobSpec, dataset: Dataset, *, threads: int | None = 1) -> None:
+        from dk.pol.kernel_adapter import KernelSession, uses_kernels
         from dk.pol.models import build_torch_model
         from dk.pol.torch_adapter import make_loss, make_optimizer
-
-        from dk.pol.kernel_adapter import KernelSession, uses_kernels
 
         self.job, self.dataset, self.threads = job, dataset, threads
         self.sampler = job_sampler(job, len(dataset))
@@ -62,12 +61,20 @@ class Replayer:
             for t in range(start_step, end_step):
                 x, y = batch_tensors(self.dataset, self.sampler.batch(t))
                 train_step(self.model, self.optimizer, self.loss_fn, x, y, hook)
-            return snapshot(self.model, self.optimizer, self.job, end_step,
-                            self.sampler.steps_per_epoch, codec)
+            return snapshot(
+                self.model, self.optimizer, self.job, end_step, self.sampler.steps_per_epoch, codec
+            )
 
 
-def replay_interval(job: JobSpec, dataset: Dataset, start: Mapping[str, np.ndarray],
-                    start_step: int, end_step: int, *, threads: int | None = 1) -> Tensors:
+def replay_interval(
+    job: JobSpec,
+    dataset: Dataset,
+    start: Mapping[str, np.ndarray],
+    start_step: int,
+    end_step: int,
+    *,
+    threads: int | None = 1,
+) -> Tensors:
     """Replay steps ``start_step .. end_step - 1`` from ``start``; returns the end checkpoint.
 
     Args:
@@ -82,29 +89,40 @@ def replay_interval(job: JobSpec, dataset: Dataset, start: Mapping[str, np.ndarr
     return Replayer(job, dataset, threads=threads).run(start, start_step, end_step)
 
 
-def distances(start: Mapping[str, np.ndarray], claimed: Mapping[str, np.ndarray],
-              replayed: Mapping[str, np.ndarray]) -> dict[str, float]:
+def distances(
+    start: Mapping[str, np.ndarray],
+    claimed: Mapping[str, np.ndarray],
+    replayed: Mapping[str, np.ndarray],
+) -> dict[str, float]:
     """Tolerant-mode distances between the claimed and replayed end weights (SPEC §12.3).
 
     Returns ``l2`` (‖claimed − replayed‖₂ / ‖claimed − start‖₂), ``linf`` (max |claimed −
     replayed| / max |claimed − start|) and ``cosine`` (cosine similarity of the claimed and
     replayed updates).
     """
-    a, c, r = (np.concatenate([v.astype(np.float64).ravel() for _, v in sorted(model_tensors(t).items())])
-               for t in (start, claimed, replayed))
+    a, c, r = (
+        np.concatenate([v.astype(np.float64).ravel() for _, v in sorted(model_tensors(t).items())])
+        for t in (start, claimed, replayed)
+    )
     upd_c, upd_r, diff = c - a, r - a, c - r
     tiny = np.finfo(np.float64).tiny
     nc, nr = float(np.linalg.norm(upd_c)), float(np.linalg.norm(upd_r))
     return {
         "l2": float(np.linalg.norm(diff)) / max(nc, tiny),
-        "linf": float(np.max(np.abs(diff), initial=0.0)) / max(float(np.max(np.abs(upd_c), initial=0.0)), tiny),
+        "linf": float(np.max(np.abs(diff), initial=0.0))
+        / max(float(np.max(np.abs(upd_c), initial=0.0)), tiny),
         "cosine": float(np.dot(upd_c, upd_r)) / max(nc * nr, tiny),
     }
 
 
-def replay_matches(replayer: Replayer, start: Mapping[str, np.ndarray],
-                   claimed: Mapping[str, np.ndarray] | None, claimed_root: bytes,
-                   start_step: int, end_step: int) -> tuple[bool, dict[str, Any]]:
+def replay_matches(
+    replayer: Replayer,
+    start: Mapping[str, np.ndarray],
+    claimed: Mapping[str, np.ndarray] | None,
+    claimed_root: bytes,
+    start_step: int,
+    end_step: int,
+) -> tuple[bool, dict[str, Any]]:
     """Replay an interval and judge it by the job's mode; returns (ok, figures)."""
     from dk.crypto.hashing import digests_equal
     from dk.pol.checkpoint import checkpoint_root

@@ -71,8 +71,11 @@ class RunInfo:
             raise FormatError("not a dk run directory (bad run.json format/version)")
         try:
             return cls(
-                job_id=d["job_id"], data_root=d["data_root"], interval=d["interval"],
-                steps=d["steps"], complete=bool(d["complete"]),
+                job_id=d["job_id"],
+                data_root=d["data_root"],
+                interval=d["interval"],
+                steps=d["steps"],
+                complete=bool(d["complete"]),
                 checkpoints=[CheckpointEntry(**c) for c in d["checkpoints"]],
                 intervals=[IntervalEntry(**i) for i in d["intervals"]],
             )

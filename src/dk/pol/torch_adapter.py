@@ -27,12 +27,19 @@ def make_optimizer(job: Any, params: Any) -> torch.optim.Optimizer:
     t = job.train
     if t["optimizer"] == "sgd":
         return torch.optim.SGD(
-            params, lr=t["lr"], momentum=t["momentum"], weight_decay=t["weight_decay"],
+            params,
+            lr=t["lr"],
+            momentum=t["momentum"],
+            weight_decay=t["weight_decay"],
             foreach=False,
         )
     return torch.optim.Adam(
-        params, lr=t["lr"], betas=tuple(t["betas"]), eps=t["eps"],
-        weight_decay=t["weight_decay"], foreach=False,
+        params,
+        lr=t["lr"],
+        betas=tuple(t["betas"]),
+        eps=t["eps"],
+        weight_decay=t["weight_decay"],
+        foreach=False,
     )
 
 
@@ -83,8 +90,14 @@ def compress_hook(codec: Any) -> Any:
     return lambda model: codec.compress_grads_(model.named_parameters())
 
 
-def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, job: Any, step: int,
-             steps_per_epoch: int, codec: Any = None) -> Tensors:
+def snapshot(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    job: Any,
+    step: int,
+    steps_per_epoch: int,
+    codec: Any = None,
+) -> Tensors:
     """Copy the training state at ``step`` into a checkpoint tensor set (SPEC §10.1)."""
     ck: Tensors = {}
     for name, p in model.named_parameters():
@@ -101,8 +114,13 @@ def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer, job: Any,
     return ck
 
 
-def restore(ck: Mapping[str, np.ndarray], model: torch.nn.Module,
-            optimizer: torch.optim.Optimizer, job: Any, codec: Any = None) -> None:
+def restore(
+    ck: Mapping[str, np.ndarray],
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    job: Any,
+    codec: Any = None,
+) -> None:
     """Load a checkpoint's weights, optimizer state and codec state."""
     if codec is not None:
         codec.load_state_dict(ck)
@@ -124,8 +142,14 @@ def batch_tensors(dataset: Any, indices: np.ndarray) -> tuple[torch.Tensor, torc
     return torch.from_numpy(dataset.X[indices]), torch.from_numpy(dataset.y[indices])
 
 
-def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Any,
-               x: torch.Tensor, y: torch.Tensor, grad_hook: Any = None) -> float:
+def train_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Any,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    grad_hook: Any = None,
+) -> float:
     """One canonical step; ``grad_hook(model)`` may transform gradients before the update."""
     optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(model(x), y)

@@ -39,4 +39,3 @@ def train_job(job: JobSpec | str | Path, run_dir: str | Path, *, progress: Any =
         loss_fn(model(x), y).backward()
         optimizer.step()
     return rec.finish()
-

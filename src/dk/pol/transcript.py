@@ -37,8 +37,19 @@ MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_CHECKPOINTS = 100_000
 ZERO32 = bytes(32)
 
-_TOP_KEYS = {"format", "version", "job_id", "worker_key", "data_root", "interval", "steps",
-             "chunk_size", "checkpoints", "intervals", "transcript_root"}
+_TOP_KEYS = {
+    "format",
+    "version",
+    "job_id",
+    "worker_key",
+    "data_root",
+    "interval",
+    "steps",
+    "chunk_size",
+    "checkpoints",
+    "intervals",
+    "transcript_root",
+}
 _OPTIONAL_TOP = {"proofs"}
 _CK_KEYS = {"index", "step", "root", "blob", "nbytes"}
 _IV_KEYS = {"index", "start_step", "end_step", "batch_commitment", "update_norm"}
@@ -83,32 +94,59 @@ class Manifest:
         return canonical_json(self.raw)
 
 
-def header_leaf(job_id: bytes, worker_key: bytes, data_root: bytes, interval: int, steps: int,
-                n_checkpoints: int) -> bytes:
+def header_leaf(
+    job_id: bytes,
+    worker_key: bytes,
+    data_root: bytes,
+    interval: int,
+    steps: int,
+    n_checkpoints: int,
+) -> bytes:
     """The transcript's header leaf (SPEC §11.1)."""
-    return tagged_hash(TAG_TRANSCRIPT_HEADER, job_id, worker_key, data_root, u64(interval),
-                       u64(steps), u64(n_checkpoints))
+    return tagged_hash(
+        TAG_TRANSCRIPT_HEADER,
+        job_id,
+        worker_key,
+        data_root,
+        u64(interval),
+        u64(steps),
+        u64(n_checkpoints),
+    )
 
 
-def checkpoint_leaf(index: int, step: int, root: bytes, batch_commitment: bytes,
-                    norm: float) -> bytes:
+def checkpoint_leaf(
+    index: int, step: int, root: bytes, batch_commitment: bytes, norm: float
+) -> bytes:
     """The transcript leaf of checkpoint ``index`` (SPEC §11.1)."""
-    return tagged_hash(TAG_TRANSCRIPT_LEAF, u64(index), u64(step), root, batch_commitment, f64(norm))
+    return tagged_hash(
+        TAG_TRANSCRIPT_LEAF, u64(index), u64(step), root, batch_commitment, f64(norm)
+    )
 
 
 def transcript_leaves(m: dict[str, Any]) -> list[bytes]:
     """All leaves (header first) of a manifest dict."""
-    leaves = [header_leaf(bytes.fromhex(m["job_id"]), bytes.fromhex(m["worker_key"]),
-                          bytes.fromhex(m["data_root"]), m["interval"], m["steps"],
-                          len(m["checkpoints"]))]
+    leaves = [
+        header_leaf(
+            bytes.fromhex(m["job_id"]),
+            bytes.fromhex(m["worker_key"]),
+            bytes.fromhex(m["data_root"]),
+            m["interval"],
+            m["steps"],
+            len(m["checkpoints"]),
+        )
+    ]
     for ck in m["checkpoints"]:
         j = ck["index"]
         iv = m["intervals"][j - 1] if j > 0 else None
-        leaves.append(checkpoint_leaf(
-            j, ck["step"], bytes.fromhex(ck["root"]),
-            bytes.fromhex(iv["batch_commitment"]) if iv else ZERO32,
-            float(iv["update_norm"]) if iv else 0.0,
-        ))
+        leaves.append(
+            checkpoint_leaf(
+                j,
+                ck["step"],
+                bytes.fromhex(ck["root"]),
+                bytes.fromhex(iv["batch_commitment"]) if iv else ZERO32,
+                float(iv["update_norm"]) if iv else 0.0,
+            )
+        )
     return leaves
 
 
@@ -143,7 +181,9 @@ def parse_manifest(data: bytes) -> Manifest:
             UNSUPPORTED_VERSION.
     """
     if len(data) > MAX_MANIFEST_BYTES:
-        raise FormatError(f"manifest is over {MAX_MANIFEST_BYTES} bytes", reason="MANIFEST_TOO_LARGE")
+        raise FormatError(
+            f"manifest is over {MAX_MANIFEST_BYTES} bytes", reason="MANIFEST_TOO_LARGE"
+        )
     try:
         m = parse_json(data, limit=MAX_MANIFEST_BYTES, what="manifest")
     except FormatError as e:
@@ -153,7 +193,9 @@ def parse_manifest(data: bytes) -> Manifest:
     if m.get("format") != BUNDLE_FORMAT:
         raise _bad(f"format must be {BUNDLE_FORMAT!r}")
     if m.get("version") != BUNDLE_VERSION:
-        raise FormatError(f"unsupported bundle version {m.get('version')!r}", reason="UNSUPPORTED_VERSION")
+        raise FormatError(
+            f"unsupported bundle version {m.get('version')!r}", reason="UNSUPPORTED_VERSION"
+        )
     keys = set(m)
     if not _TOP_KEYS <= keys or keys - _TOP_KEYS - _OPTIONAL_TOP:
         raise _bad(f"keys must be {sorted(_TOP_KEYS)} (+ optional {sorted(_OPTIONAL_TOP)})")

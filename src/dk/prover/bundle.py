@@ -41,13 +41,23 @@ def build_manifest(run: Any, worker_key: bytes) -> dict[str, Any]:
         "steps": run.steps,
         "chunk_size": 65536,
         "checkpoints": [
-            {"index": c.index, "step": c.step, "root": c.root,
-             "blob": blob_name(bytes.fromhex(c.root)), "nbytes": c.nbytes}
+            {
+                "index": c.index,
+                "step": c.step,
+                "root": c.root,
+                "blob": blob_name(bytes.fromhex(c.root)),
+                "nbytes": c.nbytes,
+            }
             for c in run.checkpoints
         ],
         "intervals": [
-            {"index": i.index, "start_step": i.start_step, "end_step": i.end_step,
-             "batch_commitment": i.batch_commitment, "update_norm": i.update_norm}
+            {
+                "index": i.index,
+                "start_step": i.start_step,
+                "end_step": i.end_step,
+                "batch_commitment": i.batch_commitment,
+                "update_norm": i.update_norm,
+            }
             for i in run.intervals
         ],
     }
@@ -57,8 +67,11 @@ def build_manifest(run: Any, worker_key: bytes) -> dict[str, Any]:
 
 def sign_manifest(m: dict[str, Any], key: SigningKey) -> bytes:
     """Ed25519 signature over the manifest's signing digest."""
-    digest = signing_digest(bytes.fromhex(m["job_id"]), bytes.fromhex(m["transcript_root"]),
-                            bytes.fromhex(m["worker_key"]))
+    digest = signing_digest(
+        bytes.fromhex(m["job_id"]),
+        bytes.fromhex(m["transcript_root"]),
+        bytes.fromhex(m["worker_key"]),
+    )
     return key.sign(digest)
 
 
@@ -77,8 +90,9 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def prove_run(run_dir: str | Path, job: JobSpec | str | Path, key: SigningKey,
-              out_dir: str | Path) -> Path:
+def prove_run(
+    run_dir: str | Path, job: JobSpec | str | Path, key: SigningKey, out_dir: str | Path
+) -> Path:
     """Make a signed bundle of the run in ``run_dir`` for ``job``.
 
     Args:

@@ -22,8 +22,11 @@ def _request_case(case: dict[str, Any]) -> str:
     except FormatError as e:
         if case["result"] == "valid":
             return f"rejected a valid request: {e}"
-        return "" if e.reason == case["expected_reason"] else (
-            f"rejected with {e.reason}, expected {case['expected_reason']}")
+        return (
+            ""
+            if e.reason == case["expected_reason"]
+            else (f"rejected with {e.reason}, expected {case['expected_reason']}")
+        )
     if case["result"] != "valid":
         return "accepted an invalid request"
     body = canonical_json(req.envelope["body"]).decode()
@@ -35,20 +38,25 @@ def _request_case(case: dict[str, Any]) -> str:
 def _events_case(case: dict[str, Any]) -> str:
     prev, problem = ZERO_HASH, None
     for seq, ev in enumerate(case["events"]):
-        problem = chain_problem(seq, prev, bytes.fromhex(ev["prev_hash"]),
-                                bytes.fromhex(ev["hash"]), ev["body"])
+        problem = chain_problem(
+            seq, prev, bytes.fromhex(ev["prev_hash"]), bytes.fromhex(ev["hash"]), ev["body"]
+        )
         if problem:
             break
         prev = bytes.fromhex(ev["hash"])
     if case["result"] == "valid":
         return "" if problem is None else f"valid chain refused: {problem}"
-    return "" if problem == case["expected_reason"] else (
-        f"got {problem}, expected {case['expected_reason']}")
+    return (
+        ""
+        if problem == case["expected_reason"]
+        else (f"got {problem}, expected {case['expected_reason']}")
+    )
 
 
 def _attestation_case(case: dict[str, Any], bls: Any) -> str:
-    msg = attestation_message(bytes.fromhex(case["market_id"]), case["order_id"],
-                              bytes.fromhex(case["report_digest"]))
+    msg = attestation_message(
+        bytes.fromhex(case["market_id"]), case["order_id"], bytes.fromhex(case["report_digest"])
+    )
     if msg.hex() != case["message"]:
         return "attestation message differs"
     pk = bytes.fromhex(case["bls_pk"])

@@ -22,8 +22,14 @@ def challenge_seed(transcript_root: bytes, beacon: bytes) -> bytes:
     return tagged_hash(TAG_CHALLENGE, transcript_root, beacon)
 
 
-def derive_challenge(transcript_root: bytes, beacon: bytes, norms: Sequence[float],
-                     epochs: Sequence[int], samples: int, topq: int) -> list[int]:
+def derive_challenge(
+    transcript_root: bytes,
+    beacon: bytes,
+    norms: Sequence[float],
+    epochs: Sequence[int],
+    samples: int,
+    topq: int,
+) -> list[int]:
     """Indices of the challenged intervals (sorted, distinct)."""
     m = len(norms)
     s = min(samples, m)

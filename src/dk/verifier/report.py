@@ -140,6 +140,10 @@ class Report:
     def check(self) -> Report:
         """Return ``self`` if accepted, else raise :class:`~dk.errors.VerificationFailed`."""
         if not self.ok:
-            first = self.reasons[0] if self.reasons else Finding(Reason.INTERNAL_ERROR, "no checks ran")
-            raise VerificationFailed(f"{first.code.value}: {first.message}", reason=first.code, report=self)
+            first = (
+                self.reasons[0] if self.reasons else Finding(Reason.INTERNAL_ERROR, "no checks ran")
+            )
+            raise VerificationFailed(
+                f"{first.code.value}: {first.message}", reason=first.code, report=self
+            )
         return self

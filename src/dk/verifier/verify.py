@@ -32,7 +32,13 @@ from dk.pol.checkpoint import (
 from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.job import JobSpec, as_job
 from dk.pol.sampler import job_sampler
-from dk.pol.transcript import MAX_MANIFEST_BYTES, Manifest, parse_manifest, signing_digest, transcript_root
+from dk.pol.transcript import (
+    MAX_MANIFEST_BYTES,
+    Manifest,
+    parse_manifest,
+    signing_digest,
+    transcript_root,
+)
 from dk.verifier.challenge import derive_challenge, detection_probability, samples_for
 from dk.verifier.report import Reason, Report
 
@@ -67,9 +73,16 @@ def _fatal(rep: Report, check: str, e: FormatError, default: Reason) -> None:
 _WORKER_REPLAYERS: dict[str, Any] = {}
 
 
-def _replay_task(spec: dict[str, Any], base_dir: str, start_path: str, start_root: str,
-                 end_path: str | None, claimed_root: str, start_step: int,
-                 end_step: int) -> tuple[bool, dict[str, Any], float]:
+def _replay_task(
+    spec: dict[str, Any],
+    base_dir: str,
+    start_path: str,
+    start_root: str,
+    end_path: str | None,
+    claimed_root: str,
+    start_step: int,
+    end_step: int,
+) -> tuple[bool, dict[str, Any], float]:
     """Worker-process entry: replay one interval from blob files (start root re-checked)."""
     from dk.pol.replay import make_replayer, replay_matches
 
@@ -80,18 +93,32 @@ def _replay_task(spec: dict[str, Any], base_dir: str, start_path: str, start_roo
         _WORKER_REPLAYERS[key] = make_replayer(job, load_dataset(job))
     start = parse_blob(read_blob_file(Path(start_path)))
     if not digests_equal(checkpoint_root(start), bytes.fromhex(start_root)):
-        return False, {"error": "start checkpoint changed during verification"}, time.process_time() - t0
+        return (
+            False,
+            {"error": "start checkpoint changed during verification"},
+            time.process_time() - t0,
+        )
     claimed = parse_blob(read_blob_file(Path(end_path))) if end_path else None
-    ok, fig = replay_matches(_WORKER_REPLAYERS[key], start, claimed, bytes.fromhex(claimed_root),
-                             start_step, end_step)
+    ok, fig = replay_matches(
+        _WORKER_REPLAYERS[key], start, claimed, bytes.fromhex(claimed_root), start_step, end_step
+    )
     return ok, fig, time.process_time() - t0
 
 
-def verify_bundle(bundle: str | os.PathLike[str], job: JobSpec | str | os.PathLike[str], *,
-                  beacon: bytes | None = None, samples: int | None = None, topq: int = 1,
-                  workers: int = 1, skipped_fraction: float = 0.1, detect: float = 0.99,
-                  worker: str | None = None, dataset: Dataset | None = None,
-                  integrity: str = "all") -> Report:
+def verify_bundle(
+    bundle: str | os.PathLike[str],
+    job: JobSpec | str | os.PathLike[str],
+    *,
+    beacon: bytes | None = None,
+    samples: int | None = None,
+    topq: int = 1,
+    workers: int = 1,
+    skipped_fraction: float = 0.1,
+    detect: float = 0.99,
+    worker: str | None = None,
+    dataset: Dataset | None = None,
+    integrity: str = "all",
+) -> Report:
     """Verify a bundle against a job; never raises on bad input.
 
     Args:
@@ -121,20 +148,45 @@ def verify_bundle(bundle: str | os.PathLike[str], job: JobSpec | str | os.PathLi
     try:
         if integrity not in ("all", "challenged"):
             raise ValueError("integrity must be 'all' or 'challenged'")
-        _verify(rep, Path(bundle), job, beacon, samples, topq, workers, skipped_fraction, detect,
-                worker, dataset, integrity)
+        _verify(
+            rep,
+            Path(bundle),
+            job,
+            beacon,
+            samples,
+            topq,
+            workers,
+            skipped_fraction,
+            detect,
+            worker,
+            dataset,
+            integrity,
+        )
     except _Reject:
         pass
     except Exception as e:  # totality: a bug or an unforeseen input still yields a report
         rep.fail("internal", Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
     rep.figures["verify_wall_s"] = round(time.perf_counter() - t_wall, 4)
-    rep.figures["verify_cpu_s"] = round(time.process_time() - t_cpu + rep.figures.get("replay_cpu_s_workers", 0.0), 4)
+    rep.figures["verify_cpu_s"] = round(
+        time.process_time() - t_cpu + rep.figures.get("replay_cpu_s_workers", 0.0), 4
+    )
     return rep
 
 
-def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, samples: int | None,
-            topq: int, workers: int, f: float, detect: float, worker: str | None,
-            dataset: Dataset | None, integrity: str = "all") -> None:
+def _verify(
+    rep: Report,
+    bundle: Path,
+    job_in: Any,
+    beacon: bytes | None,
+    samples: int | None,
+    topq: int,
+    workers: int,
+    f: float,
+    detect: float,
+    worker: str | None,
+    dataset: Dataset | None,
+    integrity: str = "all",
+) -> None:
     # 1. inputs --------------------------------------------------------------------------
     if not bundle.is_dir():
         rep.fail("bundle", Reason.BUNDLE_NOT_FOUND, f"bundle directory not found: {bundle}")
@@ -145,8 +197,12 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
         _fatal(rep, "job", e, Reason.JOB_MALFORMED)
     rep.mode = job.mode
     try:
-        raw_manifest = _read_bounded(bundle / "manifest.json", MAX_MANIFEST_BYTES,
-                                     Reason.MANIFEST_MISSING, Reason.MANIFEST_TOO_LARGE)
+        raw_manifest = _read_bounded(
+            bundle / "manifest.json",
+            MAX_MANIFEST_BYTES,
+            Reason.MANIFEST_MISSING,
+            Reason.MANIFEST_TOO_LARGE,
+        )
         man: Manifest = parse_manifest(raw_manifest)
     except FormatError as e:
         _fatal(rep, "manifest", e, Reason.MANIFEST_MALFORMED)
@@ -155,22 +211,37 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
         raise _Reject
     rep.passed("manifest")
     m = man.raw
-    rep.job_id, rep.worker_key, rep.transcript_root = m["job_id"], m["worker_key"], m["transcript_root"]
+    rep.job_id, rep.worker_key, rep.transcript_root = (
+        m["job_id"],
+        m["worker_key"],
+        m["transcript_root"],
+    )
 
     # 2. transcript root and signature ---------------------------------------------------
     if not digests_equal(transcript_root(m), man.transcript_root):
-        rep.fail("transcript_root", Reason.TRANSCRIPT_ROOT_MISMATCH,
-                 "transcript_root does not match the manifest's entries")
+        rep.fail(
+            "transcript_root",
+            Reason.TRANSCRIPT_ROOT_MISMATCH,
+            "transcript_root does not match the manifest's entries",
+        )
         raise _Reject
     rep.passed("transcript_root")
     try:
-        sig_raw = _read_bounded(bundle / "signature.hex", MAX_SIGNATURE_FILE,
-                                Reason.SIGNATURE_MISSING, Reason.SIGNATURE_INVALID)
+        sig_raw = _read_bounded(
+            bundle / "signature.hex",
+            MAX_SIGNATURE_FILE,
+            Reason.SIGNATURE_MISSING,
+            Reason.SIGNATURE_INVALID,
+        )
     except FormatError as e:
         _fatal(rep, "signature", e, Reason.SIGNATURE_INVALID)
     sig_text = sig_raw[:-1] if sig_raw.endswith(b"\n") else sig_raw
     if len(sig_text) != 128 or not set(sig_text) <= set(b"0123456789abcdef"):  # SPEC §11.3
-        rep.fail("signature", Reason.SIGNATURE_INVALID, "signature.hex must be 128 lowercase hex characters")
+        rep.fail(
+            "signature",
+            Reason.SIGNATURE_INVALID,
+            "signature.hex must be 128 lowercase hex characters",
+        )
         raise _Reject
     sig = bytes.fromhex(sig_text.decode("ascii"))
     key = VerifyKey(man.worker_key)
@@ -185,22 +256,38 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
         raise _Reject
     expected_worker = worker or job.pol.get("worker") or ""
     if expected_worker and expected_worker != m["worker_key"]:
-        rep.fail("worker", Reason.WORKER_MISMATCH, "bundle is signed by another worker than the job names")
+        rep.fail(
+            "worker",
+            Reason.WORKER_MISMATCH,
+            "bundle is signed by another worker than the job names",
+        )
         raise _Reject
     steps_expected = job.checkpoint_steps()
     got_steps = [c["step"] for c in m["checkpoints"]]
     if m["interval"] != job.interval or m["steps"] != job.steps or got_steps != steps_expected:
-        rep.fail("structure", Reason.TRANSCRIPT_MALFORMED,
-                 "checkpoint steps are not 0, k, 2k, …, steps of the job")
+        rep.fail(
+            "structure",
+            Reason.TRANSCRIPT_MALFORMED,
+            "checkpoint steps are not 0, k, 2k, …, steps of the job",
+        )
         raise _Reject
     for i, iv in enumerate(m["intervals"]):
         if (iv["start_step"], iv["end_step"]) != (steps_expected[i], steps_expected[i + 1]):
-            rep.fail("structure", Reason.TRANSCRIPT_MALFORMED, f"interval {i} has the wrong step range", i)
+            rep.fail(
+                "structure",
+                Reason.TRANSCRIPT_MALFORMED,
+                f"interval {i} has the wrong step range",
+                i,
+            )
             raise _Reject
     for ck in m["checkpoints"]:
         if ck["blob"] != blob_name(bytes.fromhex(ck["root"])):
-            rep.fail("paths", Reason.BAD_PATH, f"checkpoint {ck['index']} names blob {ck['blob']!r}; "
-                     "blobs must be blobs/<root>.safetensors")
+            rep.fail(
+                "paths",
+                Reason.BAD_PATH,
+                f"checkpoint {ck['index']} names blob {ck['blob']!r}; "
+                "blobs must be blobs/<root>.safetensors",
+            )
             raise _Reject
     rep.passed("job")
     rep.passed("structure")
@@ -212,8 +299,12 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
     except FormatError as e:
         _fatal(rep, "data", e, Reason.DATA_MISMATCH)
     droot = ds.root()
-    if not digests_equal(droot, man.data_root) or (job.data["root"] and job.data["root"] != droot.hex()):
-        rep.fail("data", Reason.DATA_MISMATCH, "data root differs between bundle, job and local data")
+    if not digests_equal(droot, man.data_root) or (
+        job.data["root"] and job.data["root"] != droot.hex()
+    ):
+        rep.fail(
+            "data", Reason.DATA_MISMATCH, "data root differs between bundle, job and local data"
+        )
         raise _Reject
     rep.passed("data")
     try:  # a job whose model or batch size does not fit its own data can have no honest bundle
@@ -233,8 +324,12 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
     for iv in m["intervals"]:
         want = sampler.batch_commitment(iv["index"], iv["start_step"], iv["end_step"])
         if not digests_equal(want, bytes.fromhex(iv["batch_commitment"])):
-            rep.fail("batches", Reason.BATCH_MISMATCH, f"interval {iv['index']} batch commitment is not "
-                     "the job's sampler order", iv["index"])
+            rep.fail(
+                "batches",
+                Reason.BATCH_MISMATCH,
+                f"interval {iv['index']} batch commitment is not the job's sampler order",
+                iv["index"],
+            )
             raise _Reject
     rep.passed("batches")
 
@@ -250,15 +345,23 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
     epochs = [iv["start_step"] // sampler.steps_per_epoch for iv in m["intervals"]]
     chal = derive_challenge(man.transcript_root, beacon, norms, epochs, s, topq)
     rep.challenged = chal
-    rep.figures.update({
-        "intervals": n_iv, "samples": min(s, n_iv), "topq": topq, "beacon_source": src,
-        "skipped_fraction": f, "detection_probability": round(detection_probability(n_iv, s, f), 6),
-    })
+    rep.figures.update(
+        {
+            "intervals": n_iv,
+            "samples": min(s, n_iv),
+            "topq": topq,
+            "beacon_source": src,
+            "skipped_fraction": f,
+            "detection_probability": round(detection_probability(n_iv, s, f), 6),
+        }
+    )
 
     # 7. blobs against their commitments (every one, or those the challenge needs) ----------------
     tolerant = job.mode == "tolerant"
     needed = set(chal) | ({i + 1 for i in chal} if tolerant else set())
-    fetch = set(range(len(m["checkpoints"]))) if integrity == "all" else needed | {i + 1 for i in chal}
+    fetch = (
+        set(range(len(m["checkpoints"]))) if integrity == "all" else needed | {i + 1 for i in chal}
+    )
     rep.figures["integrity"] = integrity
     rep.figures["checkpoints_checked"] = len(fetch)
     held: dict[int, dict[str, np.ndarray]] = {}
@@ -275,13 +378,19 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
             nbytes += len(data)
             rep.figures["bytes_read"] = nbytes
             if len(data) != ck["nbytes"]:  # SPEC §11.2: nbytes is the blob's exact size
-                raise FormatError(f"checkpoint {j}: blob is {len(data)} bytes, the manifest says "
-                                  f"{ck['nbytes']}", reason="BLOB_MALFORMED")
+                raise FormatError(
+                    f"checkpoint {j}: blob is {len(data)} bytes, the manifest says {ck['nbytes']}",
+                    reason="BLOB_MALFORMED",
+                )
             tensors = parse_blob(data)
         except FormatError as e:
             _fatal(rep, "blobs", e, Reason.BLOB_MALFORMED)
         if not digests_equal(checkpoint_root(tensors), bytes.fromhex(ck["root"])):
-            rep.fail("blobs", Reason.COMMITMENT_MISMATCH, f"checkpoint {j} does not hash to its committed root")
+            rep.fail(
+                "blobs",
+                Reason.COMMITMENT_MISMATCH,
+                f"checkpoint {j} does not hash to its committed root",
+            )
             raise _Reject
         try:
             check_schema(job, step, tensors)
@@ -289,18 +398,27 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
             _fatal(rep, "blobs", e, Reason.SHAPE_MISMATCH)
         e_, p_ = divmod(step, sampler.steps_per_epoch)
         if int(tensors["meta/step"]) != step or tensors["sampler/state"].tolist() != [e_, p_]:
-            rep.fail("blobs", Reason.STEP_MISMATCH, f"checkpoint {j} holds the state of another step")
+            rep.fail(
+                "blobs", Reason.STEP_MISMATCH, f"checkpoint {j} holds the state of another step"
+            )
             raise _Reject
         for k, v in hp.items():
             if tensors[k].tobytes() != v.tobytes():
-                rep.fail("hparams", Reason.HPARAM_MISMATCH, f"checkpoint {j}: {k} is not the job's value")
+                rep.fail(
+                    "hparams", Reason.HPARAM_MISMATCH, f"checkpoint {j}: {k} is not the job's value"
+                )
                 raise _Reject
         if prev is not None:
             claimed = float(m["intervals"][j - 1]["update_norm"])
             actual = update_norm(prev, tensors)
             if abs(claimed - actual) > NORM_RTOL * max(abs(actual), 1e-30):
-                rep.fail("metadata", Reason.METADATA_MISMATCH,
-                         f"interval {j - 1} claims update norm {claimed:.6g}, checkpoints give {actual:.6g}", j - 1)
+                rep.fail(
+                    "metadata",
+                    Reason.METADATA_MISMATCH,
+                    f"interval {j - 1} claims update norm {claimed:.6g}, "
+                    f"checkpoints give {actual:.6g}",
+                    j - 1,
+                )
                 raise _Reject
         if j in needed:
             held[j] = tensors
@@ -314,8 +432,16 @@ def _verify(rep: Report, bundle: Path, job_in: Any, beacon: bytes | None, sample
     _replay(rep, bundle, job, ds, m, chal, held, workers)
 
 
-def _replay(rep: Report, bundle: Path, job: JobSpec, ds: Dataset, m: dict[str, Any],
-            chal: list[int], held: dict[int, dict[str, np.ndarray]], workers: int) -> None:
+def _replay(
+    rep: Report,
+    bundle: Path,
+    job: JobSpec,
+    ds: Dataset,
+    m: dict[str, Any],
+    chal: list[int],
+    held: dict[int, dict[str, np.ndarray]],
+    workers: int,
+) -> None:
     from dk.pol.replay import make_replayer, replay_matches
 
     t0 = time.perf_counter()
@@ -326,11 +452,21 @@ def _replay(rep: Report, bundle: Path, job: JobSpec, ds: Dataset, m: dict[str, A
     if workers > 1 and len(chal) > 1:
         import multiprocessing as mp
 
-        with ProcessPoolExecutor(max_workers=min(workers, len(chal)), mp_context=mp.get_context("spawn")) as pool:
+        with ProcessPoolExecutor(
+            max_workers=min(workers, len(chal)), mp_context=mp.get_context("spawn")
+        ) as pool:
             futs = {
-                i: pool.submit(_replay_task, job.spec, str(job.base_dir), str(bundle / cks[i]["blob"]),
-                               cks[i]["root"], str(bundle / cks[i + 1]["blob"]) if tolerant else None,
-                               cks[i + 1]["root"], ivs[i]["start_step"], ivs[i]["end_step"])
+                i: pool.submit(
+                    _replay_task,
+                    job.spec,
+                    str(job.base_dir),
+                    str(bundle / cks[i]["blob"]),
+                    cks[i]["root"],
+                    str(bundle / cks[i + 1]["blob"]) if tolerant else None,
+                    cks[i + 1]["root"],
+                    ivs[i]["start_step"],
+                    ivs[i]["end_step"],
+                )
                 for i in chal
             }
             for i, fut in futs.items():
@@ -340,26 +476,52 @@ def _replay(rep: Report, bundle: Path, job: JobSpec, ds: Dataset, m: dict[str, A
     else:
         replayer = make_replayer(job, ds)
         for i in chal:
-            results[i] = replay_matches(replayer, held[i], held.get(i + 1), bytes.fromhex(cks[i + 1]["root"]),
-                                        ivs[i]["start_step"], ivs[i]["end_step"])
+            results[i] = replay_matches(
+                replayer,
+                held[i],
+                held.get(i + 1),
+                bytes.fromhex(cks[i + 1]["root"]),
+                ivs[i]["start_step"],
+                ivs[i]["end_step"],
+            )
     replayed_steps = sum(ivs[i]["end_step"] - ivs[i]["start_step"] for i in chal)
-    rep.figures.update({
-        "replayed_intervals": len(chal), "replayed_steps": replayed_steps,
-        "replay_wall_s": round(time.perf_counter() - t0, 4), "replay_cpu_s_workers": round(worker_cpu, 4),
-    })
+    rep.figures.update(
+        {
+            "replayed_intervals": len(chal),
+            "replayed_steps": replayed_steps,
+            "replay_wall_s": round(time.perf_counter() - t0, 4),
+            "replay_cpu_s_workers": round(worker_cpu, 4),
+        }
+    )
     if tolerant:
-        rep.figures["max_l2_distance"] = max((r[1].get("l2", float("inf")) for r in results.values()), default=0.0)
+        rep.figures["max_l2_distance"] = max(
+            (r[1].get("l2", float("inf")) for r in results.values()), default=0.0
+        )
         rep.figures["tolerance"] = job.pol["tolerance"]
     for i in chal:
         ok, fig = results[i]
         if not ok:
-            detail = f" (normalised distance {fig['l2']:.3g} > {job.pol['tolerance']:g})" if tolerant and "l2" in fig else ""
-            rep.fail("replay", Reason.REPLAY_MISMATCH, f"interval {i} does not replay to its committed checkpoint{detail}", i)
+            detail = (
+                f" (normalised distance {fig['l2']:.3g} > {job.pol['tolerance']:g})"
+                if tolerant and "l2" in fig
+                else ""
+            )
+            rep.fail(
+                "replay",
+                Reason.REPLAY_MISMATCH,
+                f"interval {i} does not replay to its committed checkpoint{detail}",
+                i,
+            )
     rep.passed("replay")
 
 
-def replay_interval(bundle: str | os.PathLike[str], job: JobSpec | str | os.PathLike[str], index: int, *,
-                    dataset: Dataset | None = None) -> bool:
+def replay_interval(
+    bundle: str | os.PathLike[str],
+    job: JobSpec | str | os.PathLike[str],
+    index: int,
+    *,
+    dataset: Dataset | None = None,
+) -> bool:
     """Replay interval ``index`` of a bundle against its committed end checkpoint.
 
     The dispute primitive of the market: True iff the start blob hashes to its committed root
@@ -370,8 +532,14 @@ def replay_interval(bundle: str | os.PathLike[str], job: JobSpec | str | os.Path
 
     try:
         b, spec = Path(bundle), as_job(job)
-        man = parse_manifest(_read_bounded(b / "manifest.json", MAX_MANIFEST_BYTES,
-                                           Reason.MANIFEST_MISSING, Reason.MANIFEST_TOO_LARGE))
+        man = parse_manifest(
+            _read_bounded(
+                b / "manifest.json",
+                MAX_MANIFEST_BYTES,
+                Reason.MANIFEST_MISSING,
+                Reason.MANIFEST_TOO_LARGE,
+            )
+        )
         cks, ivs = man.checkpoints, man.intervals
         if not 0 <= index < len(ivs) or not digests_equal(man.job_id, spec.job_id):
             return False
@@ -388,8 +556,14 @@ def replay_interval(bundle: str | os.PathLike[str], job: JobSpec | str | os.Path
             if not digests_equal(checkpoint_root(claimed), bytes.fromhex(cks[index + 1]["root"])):
                 return False
         ds = dataset if dataset is not None else load_dataset(spec)
-        ok, _ = replay_matches(make_replayer(spec, ds), start, claimed, bytes.fromhex(cks[index + 1]["root"]),
-                               ivs[index]["start_step"], ivs[index]["end_step"])
+        ok, _ = replay_matches(
+            make_replayer(spec, ds),
+            start,
+            claimed,
+            bytes.fromhex(cks[index + 1]["root"]),
+            ivs[index]["start_step"],
+            ivs[index]["end_step"],
+        )
         return ok
     except FormatError:
         return False
