@@ -191,6 +191,11 @@ def verify_step(
             flags,
             "public instances do not encode the claimed digests",
         )
+    if circ.zk.visibility == "public":
+        try:
+            check_public_bound(circ, rec["instances"])
+        except (CircuitError, FormatError) as e:
+            return VerifyResult(False, ZkReason.ZK_OUTPUT_BOUND, flags, str(e))
     if check_snark and not snark_ok(circ, rec):
         return VerifyResult(
             False,

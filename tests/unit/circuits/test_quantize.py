@@ -1,0 +1,63 @@
+"""Canonical quantisation, field encoding and big-integer decoding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dk.circuits.quantize import (
+    P,
+    dequantize,
+    felt_to_int,
+    felts_to_array,
+    int_to_felt,
+    quantize,
+    snap,
+    tensor_felts,
+)
+from dk.errors import FormatError
+
+
+def test_round_half_even_and_twos_complement() -> None:
+    # 2**-13 * k at scale 12 is a tie for odd k: ties go to the even integer.
+    v = np.array([1, 3, 5, -1, -3], dtype=np.float32) * np.float32(2.0**-13)
+    assert quantize(v, 12).tolist() == [0, 2, 2, 0, -2]
+    assert int_to_felt(-1) == (P - 1).to_bytes(32, "little").hex()
+    assert int_to_felt(5) == "05" + "00" * 31
+    assert tensor_felts(np.array([[-0.25]], np.float32), 12)[0] == int_to_felt(-1024)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=-(2**23) + 1, max_value=2**23 - 1))
+def test_felt_round_trip(q: int) -> None:
+    assert felt_to_int(int_to_felt(q)) == q
+    v = dequantize(np.array([q]), 12)
+    assert v.dtype == np.float32 and quantize(v, 12)[0] == q  # exact in float32
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(-100, 100, width=32), min_size=1, max_size=20))
+def test_snap_is_idempotent_and_close(values: list[float]) -> None:
+    a = np.array(values, np.float32)
+    s = snap(a, 10)
+    assert np.array_equal(snap(s, 10), s)
+    assert np.max(np.abs(s.astype(np.float64) - a)) <= 2.0**-11
+
+
+def test_bad_values_and_felts_are_refused() -> None:
+    with pytest.raises(FormatError, match="non-finite"):
+        quantize(np.array([np.nan]), 12)
+    with pytest.raises(FormatError, match="quantisation range"):
+        quantize(np.array([4096.0]), 12)
+    with pytest.raises(FormatError, match="reduced"):
+        felt_to_int(P.to_bytes(32, "little").hex())
+    with pytest.raises(FormatError, match="64 hex"):
+        felt_to_int("00")
+    with pytest.raises(FormatError, match="not hex"):
+        felt_to_int("zz" * 32)
+    with pytest.raises(FormatError, match="do not fill"):
+        felts_to_array([int_to_felt(1)], (2,))
+    with pytest.raises(FormatError, match="outside"):
+        felts_to_array([int_to_felt(2**30)], (1,))
