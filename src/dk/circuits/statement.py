@@ -20,7 +20,7 @@ import numpy as np
 
 from dk.circuits import ezkl_backend as eb
 from dk.circuits.quantize import felt_to_int, felts_to_array, poseidon_digest
-from dk.circuits.reasons import INSECURE_SRS_FLAG, VerifyResult, ZkReason
+from dk.circuits.reasons import INSECURE_SRS_FLAG, CircuitError, VerifyResult, ZkReason
 from dk.errors import FormatError
 
 if TYPE_CHECKING:
