@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dk.circuits import ezkl_backend as eb
+from dk.circuits.fidelity import check_bound
 from dk.circuits.quantize import felt_to_int, felts_to_array, poseidon_digest
 from dk.circuits.reasons import INSECURE_SRS_FLAG, CircuitError, VerifyResult, ZkReason
 from dk.errors import FormatError
@@ -78,8 +79,6 @@ def check_public_bound(circ: StepCircuit, instances: list[str]) -> None:
     Raises:
         CircuitError: outside the bound. FormatError: a value outside the quantisation range.
     """
-    from dk.circuits.circuit import check_bound
-
     spec = circ.spec
     shapes = list(spec.param_shapes().items())
     io_shapes = [s for _, s in shapes] + [
