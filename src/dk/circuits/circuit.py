@@ -150,14 +150,19 @@ class StepCircuit:
 
     # -- digests --------------------------------------------------------------------------
 
+    @property
+    def digest_kind(self) -> str:
+        """``"poseidon"`` with hashed visibility (in-circuit hash), else ``"sha256"``."""
+        return "poseidon" if self.zk.visibility == "hashed" else "sha256"
+
     def params_digest(self, params: Mapping[str, np.ndarray]) -> str:
-        """Poseidon digest of quantised parameters (what a zk checkpoint commitment carries)."""
-        return tensor_digest(check_params(self.spec, params), self.zk.scale)
+        """Digest of quantised parameters (what a zk checkpoint commitment carries)."""
+        return tensor_digest(check_params(self.spec, params), self.zk.scale, self.digest_kind)
 
     def batch_digest(self, x: np.ndarray, y: np.ndarray) -> str:
-        """Poseidon digest of the quantised batch ``{"x": x, "y": targets}``."""
+        """Digest of the quantised batch ``{"x": x, "y": targets}``."""
         xs, ys = batch_arrays(self.spec, x, y)
-        return tensor_digest({"x": xs, "y": ys}, self.zk.scale)
+        return tensor_digest({"x": xs, "y": ys}, self.zk.scale, self.digest_kind)
 
     # -- running --------------------------------------------------------------------------
 

@@ -7,7 +7,9 @@ every float32 times a power of two without rounding), which must satisfy
 complement: negative values become ``P - |q|``) and written as 32 little-endian bytes, hex,
 the encoding EZKL uses. The Poseidon digest of a tensor is EZKL's Poseidon hash of its
 elements in row-major order; a named tensor set is digested tensor by tensor in sorted-name
-order. Decoding is exact big-integer arithmetic: an element above ``(P - 1) / 2`` is
+order (EZKL's Poseidon for hashed visibility, tagged SHA-256 of the same bytes for public
+visibility, where the binding is checked outside the circuit). Decoding is exact big-integer
+arithmetic: an element above ``(P - 1) / 2`` is
 negative.
 """
 
@@ -17,6 +19,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from dk.crypto.hashing import tagged_hash, u64
 from dk.errors import BackendUnavailable, FormatError
 
 #: The BN254 scalar field modulus (the field EZKL's circuits live in).
@@ -25,6 +28,8 @@ P = 2188824287183927522224640574525727508854836440041603434369820418657580849561
 QMAX_BITS = 24
 FELT_HEX_LEN = 64
 MAX_ELEMENTS = 1 << 22
+TAG_TENSOR = "dk/v1/circuits/tensor"
+TAG_TENSOR_SET = "dk/v1/circuits/tensor-set"
 
 
 def quantize(values: np.ndarray, scale: int) -> np.ndarray:
@@ -117,25 +122,57 @@ def poseidon_digest(felts: list[str]) -> str:
     return str(digest)
 
 
-def tensor_digests(tensors: Mapping[str, np.ndarray], scale: int) -> dict[str, str]:
-    """Per-tensor Poseidon digests of the quantised tensors, in sorted-name order.
+def digest_felts(felts: list[str], kind: str) -> str:
+    """Digest a list of field elements: EZKL Poseidon, or tagged SHA-256 of their bytes.
+
+    Args:
+        felts: field elements (64-hex, little-endian).
+        kind: ``"poseidon"`` (a field element) or ``"sha256"`` (``tagged_hash(TAG_TENSOR,
+            u64(n) || bytes)``, 64 hex).
+    """
+    if kind == "poseidon":
+        return poseidon_digest(felts)
+    if kind != "sha256":
+        raise ValueError(f"unknown digest kind {kind!r}")
+    if not felts or len(felts) > MAX_ELEMENTS:
+        raise FormatError(f"circuit: can digest 1..{MAX_ELEMENTS} elements, got {len(felts)}")
+    return tagged_hash(TAG_TENSOR, u64(len(felts)), bytes.fromhex("".join(felts))).hex()
+
+
+def combine_digests(digests: list[str], kind: str) -> str:
+    """Digest of a tensor set from its per-tensor digests (sorted-name order)."""
+    if kind == "poseidon":
+        return poseidon_digest(digests)
+    if kind != "sha256":
+        raise ValueError(f"unknown digest kind {kind!r}")
+    return tagged_hash(TAG_TENSOR_SET, u64(len(digests)), bytes.fromhex("".join(digests))).hex()
+
+
+def tensor_digests(
+    tensors: Mapping[str, np.ndarray], scale: int, kind: str = "poseidon"
+) -> dict[str, str]:
+    """Per-tensor digests of the quantised tensors, in sorted-name order.
 
     Args:
         tensors: named float tensors (a checkpoint's parameters, or a batch).
         scale: the fixed-point scale.
+        kind: ``"poseidon"`` or ``"sha256"`` (see :func:`digest_felts`).
 
     Returns:
         ``{name: digest_hex}`` with names sorted.
     """
-    return {name: poseidon_digest(tensor_felts(tensors[name], scale)) for name in sorted(tensors)}
+    return {
+        name: digest_felts(tensor_felts(tensors[name], scale), kind) for name in sorted(tensors)
+    }
 
 
-def tensor_digest(tensors: Mapping[str, np.ndarray], scale: int) -> str:
-    """The Poseidon digest of a named tensor set (SPEC circuits §3.3).
+def tensor_digest(tensors: Mapping[str, np.ndarray], scale: int, kind: str = "poseidon") -> str:
+    """The digest of a named tensor set (SPEC circuits §3.3).
 
-    The digest is ``Poseidon(d_1, ..., d_n)`` over the per-tensor digests of
-    :func:`tensor_digests` in sorted-name order: what a zk-mode checkpoint commitment carries.
+    The digest combines the per-tensor digests of :func:`tensor_digests` in sorted-name
+    order (``Poseidon(d_1, ..., d_n)`` for ``kind="poseidon"``): what a zk-mode checkpoint
+    commitment carries.
     """
     if not tensors:
         raise FormatError("circuit: cannot digest an empty tensor set")
-    return poseidon_digest(list(tensor_digests(tensors, scale).values()))
+    return combine_digests(list(tensor_digests(tensors, scale, kind).values()), kind)

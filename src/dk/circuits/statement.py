@@ -20,7 +20,7 @@ import numpy as np
 
 from dk.circuits import ezkl_backend as eb
 from dk.circuits.fidelity import check_bound
-from dk.circuits.quantize import felt_to_int, felts_to_array, poseidon_digest
+from dk.circuits.quantize import combine_digests, digest_felts, felt_to_int, felts_to_array
 from dk.circuits.reasons import INSECURE_SRS_FLAG, CircuitError, VerifyResult, ZkReason
 from dk.errors import FormatError
 
@@ -47,7 +47,8 @@ def claims_from_instances(circ: StepCircuit, instances: list[str]) -> dict[str, 
     """Derive the three statement digests from public instances.
 
     With public visibility each group holds a tensor's quantised values and its digest is
-    their Poseidon hash; with hashed visibility each group is that digest already.
+    their tagged SHA-256 digest; with hashed visibility each group is one Poseidon digest,
+    computed in the circuit.
 
     Raises:
         FormatError: on a wrong instance count or a malformed field element.
@@ -57,16 +58,16 @@ def claims_from_instances(circ: StepCircuit, instances: list[str]) -> dict[str, 
         raise FormatError(f"circuit: {len(instances)} instances, the circuit has {sum(groups)}")
     for felt in instances:
         felt_to_int(felt)  # canonical: 64 hex chars, below P
-    digests, at = [], 0
+    digests, at, kind = [], 0, circ.digest_kind
     for size in groups:
         group = instances[at : at + size]
         at += size
-        digests.append(group[0] if circ.zk.visibility == "hashed" else poseidon_digest(group))
+        digests.append(group[0] if kind == "poseidon" else digest_felts(group, kind))
     n = len(circ.spec.param_shapes())
     return {
-        "batch": poseidon_digest(digests[n : n + 2]),
-        "params_in": poseidon_digest(digests[:n]),
-        "params_out": poseidon_digest(digests[n + 2 :]),
+        "batch": combine_digests(digests[n : n + 2], kind),
+        "params_in": combine_digests(digests[:n], kind),
+        "params_out": combine_digests(digests[n + 2 :], kind),
     }
 
 

@@ -61,3 +61,29 @@ def test_bad_values_and_felts_are_refused() -> None:
         felts_to_array([int_to_felt(1)], (2,))
     with pytest.raises(FormatError, match="outside"):
         felts_to_array([int_to_felt(2**30)], (1,))
+
+
+def test_sha256_set_digest_is_order_free_and_sensitive_to_one_ulp() -> None:
+    from dk.circuits.quantize import tensor_digest
+
+    a = {"b": np.ones((2, 3), np.float32), "a": np.arange(4, dtype=np.float32)}
+    b = {"a": a["a"], "b": a["b"]}
+    assert tensor_digest(a, 12, "sha256") == tensor_digest(b, 12, "sha256")
+    c = {"a": a["a"].copy(), "b": a["b"]}
+    c["a"][3] += np.float32(2.0**-12)
+    assert tensor_digest(c, 12, "sha256") != tensor_digest(a, 12, "sha256")
+    # Below half an ulp the canonical quantisation, and so the digest, does not move.
+    c["a"][3] = a["a"][3] + np.float32(2.0**-14)
+    assert tensor_digest(c, 12, "sha256") == tensor_digest(a, 12, "sha256")
+    with pytest.raises(FormatError, match="empty"):
+        tensor_digest({}, 12, "sha256")
+
+
+@pytest.mark.ezkl
+def test_poseidon_set_digest_matches_ezkl() -> None:
+    ezkl = pytest.importorskip("ezkl")
+    from dk.circuits.quantize import tensor_digest
+
+    t = {"w": np.array([[0.5, -0.25]], np.float32)}
+    per = ezkl.poseidon_hash([int_to_felt(2048), int_to_felt(-1024)])
+    assert tensor_digest(t, 12) == ezkl.poseidon_hash(per)[0]
