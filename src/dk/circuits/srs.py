@@ -66,7 +66,14 @@ def local_srs(directory: Path, logrows: int) -> Srs:
     if not path.exists():
         tmp = directory / f".local-k{logrows}.{os.getpid()}.tmp"
         ezkl.gen_srs(str(tmp), logrows)
-        os.replace(tmp, path)
+        try:
+            # First writer wins: a second process must not swap in a different SRS under
+            # keys (and proofs) already made with the first one.
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
     return Srs(path=path, sha256=file_sha256(path), kind="local")
 
 
