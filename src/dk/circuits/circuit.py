@@ -65,6 +65,7 @@ class StepCircuit:
         workdir: str | Path,
         srs: str | Path | None = None,
         srs_sha256: str | None = None,
+        srs_kind: str = "ceremony",
         settings: eb.ZkSettings | None = None,
     ) -> StepCircuit:
         """Export, check, calibrate and compile the step circuit (cached under ``workdir``).
@@ -77,6 +78,8 @@ class StepCircuit:
             workdir: cache directory for circuits, keys and the local SRS.
             srs: a ceremony SRS file, or None for a locally generated (insecure) SRS.
             srs_sha256: the pin of ``srs`` (required with ``srs``).
+            srs_kind: ``"ceremony"`` for a trusted SRS file, ``"local"`` for someone's
+                locally generated one (proofs checked with it are flagged insecure).
             settings: circuit knobs; defaults to ``ZkSettings()``.
 
         Returns:
@@ -108,7 +111,9 @@ class StepCircuit:
         cfg = _compiled(d, graph, _input_json(spec, zs, params, xs, ys), zs, floor)
         logrows = int(cfg["run_args"]["logrows"])
         the_srs = (
-            pinned_srs(srs, srs_sha256) if srs is not None else local_srs(root / "srs", logrows)
+            pinned_srs(srs, srs_sha256, srs_kind)
+            if srs is not None
+            else local_srs(root / "srs", logrows)
         )
         key_id = tagged_hash(
             TAG_KEY_ID,

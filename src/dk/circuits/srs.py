@@ -77,20 +77,25 @@ def local_srs(directory: Path, logrows: int) -> Srs:
     return Srs(path=path, sha256=file_sha256(path), kind="local")
 
 
-def pinned_srs(path: str | Path, sha256: str | None) -> Srs:
-    """Accept a supplied (ceremony) SRS file, checking it against its pinned SHA-256.
+def pinned_srs(path: str | Path, sha256: str | None, kind: str = "ceremony") -> Srs:
+    """Accept a supplied SRS file, checking it against its pinned SHA-256.
 
     Args:
         path: the SRS file.
         sha256: the expected hex SHA-256; required, so that a swapped file is refused.
+        kind: ``"ceremony"`` (trusted) or ``"local"`` (someone's locally generated SRS, e.g.
+            the one a worker proved with, shipped next to the proofs: usable, but flagged
+            ``insecure-srs``).
 
     Returns:
-        The SRS (kind ``"ceremony"``).
+        The SRS.
 
     Raises:
         CircuitError: when no pin is given, the file is missing or its hash differs.
     """
     p = Path(path)
+    if kind not in ("ceremony", "local"):
+        raise ValueError(f"unknown SRS kind {kind!r}")
     if not sha256:
         raise CircuitError("circuit: a supplied SRS must be pinned by its SHA-256")
     if not p.is_file():
@@ -101,4 +106,4 @@ def pinned_srs(path: str | Path, sha256: str | None) -> Srs:
             f"circuit: SRS {p} has SHA-256 {got}, pinned {sha256.lower()}",
             reason="ZK_SRS_MISMATCH",
         )
-    return Srs(path=p, sha256=got, kind="ceremony")
+    return Srs(path=p, sha256=got, kind=kind)

@@ -35,7 +35,7 @@ def build_tiny(zk_workdir: Path):  # type: ignore[no-untyped-def]
     """Build a tiny circuit (linear 4->2, MSE, batch 2, lr 0.1 unless overridden)."""
     from dk.circuits import StepCircuit, ZkSettings
 
-    def build(*, lr: float = 0.1, srs=None, srs_sha256=None, **settings):  # type: ignore[no-untyped-def]
+    def build(*, lr: float = 0.1, srs=None, srs_sha256=None, srs_kind="ceremony", **settings):  # type: ignore[no-untyped-def]
         return StepCircuit.build(
             model=TINY_MODEL,
             loss="mse",
@@ -44,6 +44,7 @@ def build_tiny(zk_workdir: Path):  # type: ignore[no-untyped-def]
             workdir=zk_workdir,
             srs=srs,
             srs_sha256=srs_sha256,
+            srs_kind=srs_kind,
             settings=ZkSettings(**{**TINY_SETTINGS, **settings}),
         )
 

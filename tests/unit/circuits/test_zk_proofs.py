@@ -178,6 +178,9 @@ def test_keys_are_cached_by_circuit_settings_and_srs(tiny_chain, build_tiny) -> 
     assert pinned.srs.kind == "ceremony" and not pinned.srs.insecure
     res = verify_step(pinned, tiny_chain.proofs[0])
     assert res.ok and res.flags == ()
+    # The worker's own local SRS, shipped with its proofs: usable, but flagged.
+    shipped = build_tiny(srs=c.srs.path, srs_sha256=c.srs.sha256, srs_kind="local")
+    assert verify_step(shipped, tiny_chain.proofs[0]).flags == ("insecure-srs",)
 
 
 def test_hashed_visibility_instances_are_the_verifiers_digests(build_tiny) -> None:
