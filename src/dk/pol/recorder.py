@@ -54,7 +54,7 @@ class _RecordedOptimizer:
 
     def step(self, closure: Any = None) -> Any:
         rec = self._recorder
-        if rec.kernels is not None:  # exact mode on dk's kernels: they do the whole step
+        if rec.engine is not None:  # a step engine (dk kernels, zk circuit) does the whole step
             rec._kernel_step()
             rec._on_step()
             return None
@@ -98,6 +98,7 @@ class Recorder:
         *,
         dataset: Dataset | None = None,
         progress: Any = None,
+        engine: Any = None,
     ) -> None:
         self.job = as_job(job)
         self.run_dir = Path(run_dir)
@@ -117,7 +118,12 @@ class Recorder:
         self.codec = make_codec(self.job)
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
 
-        self.kernels = KernelSession(self.job) if uses_kernels(self.job) else None
+        # A step engine owns the NumPy state and computes whole steps: dk's reproducible
+        # kernels in exact mode, or a caller's engine (the zk circuit session). It has
+        # ``params``, ``step(x, y)`` and ``snapshot(step, steps_per_epoch)``.
+        if engine is None and uses_kernels(self.job):
+            engine = KernelSession(self.job)
+        self.engine = engine
         self.info = RunInfo(
             job_id=self.job.job_id.hex(),
             data_root=self.dataset.root().hex(),
@@ -197,8 +203,8 @@ class Recorder:
     # -- recording ---------------------------------------------------------------------
     def _snap(self, index: int, step: int) -> None:
         assert self._model is not None and self._opt is not None
-        if self.kernels is not None:
-            ck = self.kernels.snapshot(step, self.sampler.steps_per_epoch)
+        if self.engine is not None:
+            ck = self.engine.snapshot(step, self.sampler.steps_per_epoch)
         else:
             ck = snapshot(
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
@@ -208,12 +214,12 @@ class Recorder:
     def _kernel_step(self) -> None:
         """Exact mode on the kernels: advance the NumPy state on this step's batch and mirror
         the new weights into the user's torch model (its own gradients are not used)."""
-        assert self.kernels is not None and self._model is not None
+        assert self.engine is not None and self._model is not None
         idx = self.sampler.batch(self.step)
-        self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
+        self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
         with torch.no_grad():
             for name, p in self._model.named_parameters():
-                p.copy_(torch.from_numpy(self.kernels.params[name]))
+                p.copy_(torch.from_numpy(self.engine.params[name]))
 
     def _put(self, item: Any) -> None:
         while True:

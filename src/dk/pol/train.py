@@ -13,13 +13,17 @@ from dk.pol.run import RunInfo
 from dk.pol.torch_adapter import make_loss, make_optimizer
 
 
-def train_job(job: JobSpec | str | Path, run_dir: str | Path, *, progress: Any = None) -> RunInfo:
+def train_job(
+    job: JobSpec | str | Path, run_dir: str | Path, *, progress: Any = None, engine: Any = None
+) -> RunInfo:
     """Train ``job`` from its initial weights, writing a run directory to ``run_dir``.
 
     Args:
         job: the job (or a path to ``job.toml``).
         run_dir: output directory (created).
         progress: optional ``callable(step)`` called after every step.
+        engine: a step engine that computes whole steps (see :class:`Recorder`); default:
+            dk's kernels in exact mode, else PyTorch.
 
     Returns:
         The run's summary (also written as ``run_dir/run.json``).
@@ -29,10 +33,10 @@ def train_job(job: JobSpec | str | Path, run_dir: str | Path, *, progress: Any =
     model = build_model(job)
     optimizer = make_optimizer(job, model.parameters())
     loss_fn = make_loss(job, dataset.output_dim)
-    rec = Recorder(job, run_dir, dataset=dataset, progress=progress)
+    rec = Recorder(job, run_dir, dataset=dataset, progress=progress, engine=engine)
     model, optimizer, loader = rec.attach(model=model, optimizer=optimizer)
     for x, y in loader:
-        if rec.kernels is not None:  # exact mode: the kernels compute the whole step
+        if rec.engine is not None:  # a step engine computes the whole step
             optimizer.step()
             continue
         optimizer.zero_grad(set_to_none=True)
