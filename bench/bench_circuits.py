@@ -6,7 +6,8 @@ its peak RSS is its own. Targets on 2 cores: prove <= 120 s, verify <= 1 s, peak
 The baseline is the float step of the same model (one NumPy SGD step), measured in the same
 run; ``ratio`` is prove time over that step's time.
 
-``python -m bench circuits`` runs it; ``DK_BENCH_CIRCUITS=quick`` runs only the linear case.
+``python -m bench circuits`` runs it; ``DK_BENCH_CIRCUITS=quick`` runs only the linear case,
+``DK_BENCH_CIRCUITS=all`` adds the MLP with hashed visibility (Poseidon in the circuit).
 """
 
 from __future__ import annotations
@@ -33,7 +34,14 @@ CASES = {
         "model": {"arch": "linear", "input_dim": 64, "output_dim": 10},
         "loss": "cross_entropy",
     },
+    "mlp hashed": {
+        "model": {"arch": "mlp", "input_dim": 64, "hidden": [16], "output_dim": 10},
+        "loss": "cross_entropy",
+        "settings": {"visibility": "hashed"},
+    },
 }
+#: Cases run by default; ``DK_BENCH_CIRCUITS=all`` adds the hashed-visibility MLP (slow).
+DEFAULT_CASES = ("mlp 64-16-10 ce b8", "linear 64-10 ce b8")
 
 
 def run_case(name: str, workdir: str, settings: dict | None = None) -> dict:
@@ -45,7 +53,7 @@ def run_case(name: str, workdir: str, settings: dict | None = None) -> dict:
     from dk.circuits.spec import batch_arrays, reference_step
 
     case = CASES[name]
-    zs = ZkSettings(**(settings or {}))
+    zs = ZkSettings(**{**case.get("settings", {}), **(settings or {})})
     t0 = time.perf_counter()
     circ = StepCircuit.build(
         model=case["model"], loss=case["loss"], lr=0.05, batch_size=8, workdir=workdir, settings=zs
@@ -131,8 +139,9 @@ def measure(name: str, workdir: str, settings: dict | None = None) -> dict:
 
 def main() -> None:
     """Print the table of figures for each case."""
-    names = list(CASES)
-    if os.environ.get("DK_BENCH_CIRCUITS") == "quick":
+    mode = os.environ.get("DK_BENCH_CIRCUITS", "")
+    names = list(CASES) if mode == "all" else list(DEFAULT_CASES)
+    if mode == "quick":
         names = names[1:]
     workdir = os.environ.get("DK_BENCH_CIRCUITS_DIR") or tempfile.mkdtemp(prefix="dk-bench-zk-")
     head = (
