@@ -4,8 +4,8 @@
 with pinned scales, compiles, and refuses the circuit unless its decoded outputs stay within
 the documented bound of the float step (:func:`dk.circuits.fidelity.check_bound`). Files live in
 ``workdir/circuits/<circuit_id>``; keys live in ``workdir/keys/<key_id>`` where ``key_id``
-hashes the compiled circuit, the settings and the SRS, so a change to any of them makes new
-keys. ``step`` runs the circuit's fixed-point step (what zk-mode training commits);
+hashes the circuit id, the (canonicalised) settings and the SRS, so a change to any of them
+makes new keys. ``step`` runs the circuit's fixed-point step (what zk-mode training commits);
 ``prove_step`` proves it; ``dk.circuits.statement`` checks proofs.
 """
 
@@ -115,10 +115,11 @@ class StepCircuit:
             if srs is not None
             else local_srs(root / "srs", logrows)
         )
+        # The compiled file is not byte-reproducible (EZKL serialises hash maps), but it is a
+        # function of the graph, the settings and the EZKL version: circuit_id + settings.
         key_id = tagged_hash(
             TAG_KEY_ID,
             bytes.fromhex(circuit_id),
-            bytes.fromhex(file_sha256(d / "step.ezkl")),
             canonical_json(cfg),
             bytes.fromhex(the_srs.sha256),
         ).hex()

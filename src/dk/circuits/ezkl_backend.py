@@ -25,6 +25,8 @@ from dk.errors import BackendUnavailable
 VISIBILITIES = ("public", "hashed")
 #: Settings fields that carry no meaning for the circuit and are normalised before hashing.
 VOLATILE_SETTINGS = ("timestamp",)
+#: Settings lists that EZKL fills from hash sets (their order is not reproducible).
+SET_VALUED_SETTINGS = ("required_range_checks", "required_lookups")
 
 
 def ezkl_module():  # type: ignore[no-untyped-def]
@@ -149,10 +151,33 @@ def make_settings(
         raise CircuitError(f"circuit: EZKL calibration failed: {e}") from e
     settings = json.loads(settings_path.read_text())
     check_pinned(settings, zs, softmax_floor)
-    for key in VOLATILE_SETTINGS:
-        settings[key] = 0
+    settings = canonical_settings(settings)
     write_json(settings_path, settings)
     return settings
+
+
+def canonical_settings(settings: dict) -> dict:
+    """Make settings byte-for-byte reproducible (SPEC circuits §4.4).
+
+    EZKL writes some set-valued fields (range checks, lookups, einsum equations) in hash-set
+    order, which varies between runs; that order shapes the circuit layout and hence the
+    verifying key, so a verifier's own build would not verify the worker's proofs. They are
+    sorted here, and ``timestamp`` is set to 0.
+    """
+    out = dict(settings)
+    for key in VOLATILE_SETTINGS:
+        out[key] = 0
+    for key in SET_VALUED_SETTINGS:
+        if isinstance(out.get(key), list):
+            out[key] = sorted(out[key], key=lambda v: json.dumps(v, sort_keys=True))
+    einsum = out.get("einsum_params")
+    if isinstance(einsum, dict) and isinstance(einsum.get("equations"), list):
+        einsum = dict(einsum)
+        einsum["equations"] = sorted(
+            einsum["equations"], key=lambda v: json.dumps(v, sort_keys=True)
+        )
+        out["einsum_params"] = einsum
+    return out
 
 
 def check_pinned(settings: dict, zs: ZkSettings, softmax_floor: int | None = None) -> None:

@@ -240,3 +240,31 @@ def test_digits_mlp_circuit_is_faithful_and_fits_the_default_size(zk_workdir) ->
     x = rng.uniform(0, 1, size=(8, 64)).astype(np.float32)
     new = circ.step(params, x, rng.integers(0, 10, 8))
     assert set(new) == set(params)
+
+
+def test_a_verifier_with_its_own_build_accepts_the_workers_proofs(tiny_chain, tmp_path) -> None:
+    # Worker and verifier on different machines: the verifier calibrates, compiles and sets
+    # up by itself from the job, sharing only the SRS file the worker proved with.
+    from dk.circuits import StepCircuit
+
+    c = tiny_chain.circ
+    mine = StepCircuit.build(
+        model={"arch": "linear", "input_dim": 4, "output_dim": 2},
+        loss="mse",
+        lr=0.1,
+        batch_size=2,
+        workdir=tmp_path,
+        srs=c.srs.path,
+        srs_sha256=c.srs.sha256,
+        srs_kind="local",
+        settings=c.zk,
+    )
+    assert mine.circuit_id == c.circuit_id and mine.key_dir != c.key_dir
+    res = verify_interval(
+        mine,
+        tiny_chain.proofs,
+        mine.params_digest(tiny_chain.params[0]),
+        mine.params_digest(tiny_chain.params[2]),
+        tiny_chain.batches,
+    )
+    assert res.ok and res.flags == ("insecure-srs",)
