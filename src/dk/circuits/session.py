@@ -102,7 +102,8 @@ def prove_interval_from(
     checkpoints: Sequence[Mapping[str, np.ndarray]],
     batches: Sequence[tuple[np.ndarray, np.ndarray]],
 ) -> list[dict[str, Any]]:
-    """Prove one interval from its committed start (and end) checkpoints."""
+    """Prove one interval from its committed checkpoints: the weights before each step, the
+    start first (later ones optional, each checked against the circuit's step output)."""
     from dk.circuits.chain import prove_interval
 
     return prove_interval(circ, [model_tensors(c) for c in checkpoints], batches)

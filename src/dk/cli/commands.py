@@ -173,6 +173,7 @@ def job_init(
         base_dir=out_p.resolve().parent,
         pol={"worker": worker} if worker else {},
         train={"compression": compression} if compression else {},
+        init_extra=_zk_init_extra() if mode == "zk" else None,
     )
     out_p.write_text(spec.to_toml())
     if as_json:
@@ -197,6 +198,19 @@ def job_show(app: App, job_file: str, as_json: bool) -> None:
         app.print(spec.to_toml(), markup=False)  # TOML's [tables] are not rich markup
 
 
+def _zk_init_extra() -> Any:
+    """The zk digest of checkpoint 0 (needs the zk extra)."""
+    try:
+        from dk.circuits.session import zk_init_extra
+    except ImportError as e:
+        from dk.errors import BackendUnavailable
+
+        raise BackendUnavailable(
+            f"zk jobs need the zk extra (pip install 'dk-pol[zk]'): {e}"
+        ) from None
+    return zk_init_extra
+
+
 @click.command(short_help="Train a job with recording")
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
 @click.option(
@@ -215,7 +229,7 @@ def train(app: App, job_file: str, out: str, as_json: bool) -> None:
     )
 
     from dk.pol.job import load_job
-    from dk.pol.train import train_job
+    from dk.prover import train as train_job
 
     spec = load_job(job_file)
     if (Path(out) / "run.json").exists():
@@ -474,3 +488,74 @@ def vectors_check(app: App, directory: str, as_json: bool) -> None:
         app.print(f"{len(results) - len(bad)} passed, {len(bad)} failed")
     if bad or not results:
         app.abort(None if results else "no vectors found", ExitCode.REJECTED)
+
+
+@click.command(short_help="Derive the challenge for a committed bundle")
+@click.argument("bundle", type=click.Path())
+@click.option("--job", "job_file", required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--beacon",
+    callback=_hex32,
+    default=None,
+    help=f"Challenge entropy ({_HEX32}); default: a fresh nonce.",
+)
+@click.option(
+    "--samples",
+    type=click.IntRange(0),
+    default=None,
+    help="Uniformly sampled intervals [default: enough for --detect].",
+)
+@click.option("--topq", type=click.IntRange(0), default=1, show_default=True)
+@click.option("--detect", type=click.FloatRange(0, 1), default=0.99, show_default=True)
+@click.option("--skipped", type=click.FloatRange(0, 1), default=0.1, show_default=True)
+@click.option(
+    "--out", required=True, type=click.Path(dir_okay=False), help="challenge.json to write."
+)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def challenge(
+    app: App,
+    bundle: str,
+    job_file: str,
+    beacon: bytes | None,
+    samples: int | None,
+    topq: int,
+    detect: float,
+    skipped: float,
+    out: str,
+    as_json: bool,
+) -> None:
+    """Check a committed BUNDLE's integrity and write the intervals the worker must prove.
+
+    The beacon is fixed only now, after the worker committed; give the same --beacon to
+    `dk verify` once the worker answered with `dk prove --respond challenge.json --zk`.
+    """
+    import json
+
+    from dk.verifier import verify_bundle
+    from dk.verifier.challenge import challenge_document
+
+    report = verify_bundle(
+        bundle,
+        job_file,
+        beacon=beacon,
+        samples=samples,
+        topq=topq,
+        skipped_fraction=skipped,
+        detect=detect,
+        replay=False,
+    )
+    if not report.ok:
+        if as_json:
+            app.emit_json(report.to_dict())
+        app.abort(
+            f"bundle rejected before any challenge: {', '.join(report.codes)}", ExitCode.REJECTED
+        )
+    doc = challenge_document(report)
+    Path(out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    if as_json:
+        app.emit_json(doc)
+    else:
+        app.print(
+            f"challenged intervals {doc['intervals']} (beacon {report.beacon[:16]}…); wrote {out}"
+        )

@@ -90,8 +90,13 @@ class Market:
 
     @classmethod
     def create(
-        cls, path: str | Path, *, now: int, config: MarketConfig | None = None,
-        salt: bytes | None = None, **kwargs: Any,
+        cls,
+        path: str | Path,
+        *,
+        now: int,
+        config: MarketConfig | None = None,
+        salt: bytes | None = None,
+        **kwargs: Any,
     ) -> Market:
         """Initialise a new ledger (its genesis event fixes the config) and open it.
 
@@ -103,8 +108,10 @@ class Market:
             with ledger.transaction("init", at=now) as tx:
                 if tx.seq != 0:
                     raise MarketRefused("ALREADY_INITIALISED", f"{path} already holds a market")
-                tx.data = {"config": (config or MarketConfig()).to_dict(),
-                           "salt": (salt if salt is not None else os.urandom(16)).hex()}
+                tx.data = {
+                    "config": (config or MarketConfig()).to_dict(),
+                    "salt": (salt if salt is not None else os.urandom(16)).hex(),
+                }
         finally:
             ledger.close()
         return cls(path, **kwargs)
@@ -192,8 +199,12 @@ class Market:
         beacon = results.beacon_of(self.ledger.con, order)
         policy = json.loads(order["policy"])
         report = self._verify(
-            Path(bundle_dir), job, beacon=beacon, samples=policy["samples"],
-            topq=policy["topq"], workers=workers,
+            Path(bundle_dir),
+            job,
+            beacon=beacon,
+            samples=policy["samples"],
+            topq=policy["topq"],
+            workers=workers,
         )
         with self.ledger.transaction("verify", at=now) as tx:
             results.record_verification(tx, order_id, beacon, report, now)
@@ -214,7 +225,8 @@ class Market:
             (r[0], bytes.fromhex(r[1]), bytes.fromhex(r[2]))
             for r in self.ledger.con.execute(
                 "SELECT a.validator, v.bls_pk, a.signature FROM attestations a JOIN validators v"
-                " ON a.validator = v.account WHERE a.order_id = ? ORDER BY a.seq", (order_id,)
+                " ON a.validator = v.account WHERE a.order_id = ? ORDER BY a.seq",
+                (order_id,),
             )
         ]
         message = attest.attestation_message(
@@ -269,16 +281,29 @@ class Market:
             if order.get(key):
                 order[key] = json.loads(order[key])
         con = self.ledger.con
-        held = {h: int(v) for h, v in con.execute(
-            "SELECT holder, amount FROM holdings WHERE holder IN (?, ?)",
-            (orders.escrow(order_id), orders.stake(order_id)))}
+        held = {
+            h: int(v)
+            for h, v in con.execute(
+                "SELECT holder, amount FROM holdings WHERE holder IN (?, ?)",
+                (orders.escrow(order_id), orders.stake(order_id)),
+            )
+        }
         order["escrow"] = held.get(orders.escrow(order_id), 0)
         order["locked_stake"] = held.get(orders.stake(order_id), 0)
-        order["attestations"] = [r[0] for r in con.execute(
-            "SELECT validator FROM attestations WHERE order_id = ? ORDER BY seq", (order_id,))]
-        order["challenges"] = [dict(r) for r in con.execute(
-            "SELECT challenge_id, challenger, bond, interval, state FROM challenges"
-            " WHERE order_id = ?", (order_id,))]
+        order["attestations"] = [
+            r[0]
+            for r in con.execute(
+                "SELECT validator FROM attestations WHERE order_id = ? ORDER BY seq", (order_id,)
+            )
+        ]
+        order["challenges"] = [
+            dict(r)
+            for r in con.execute(
+                "SELECT challenge_id, challenger, bond, interval, state FROM challenges"
+                " WHERE order_id = ?",
+                (order_id,),
+            )
+        ]
         order["bids"] = matching.explain(con, order_id)
         return order
 
@@ -286,12 +311,20 @@ class Market:
         """All orders and bids (summary rows) for ``dk market show`` without an id."""
         con = self.ledger.con
         return {
-            "orders": [dict(r) for r in con.execute(
-                "SELECT order_id, consumer, job_id, max_price, deadline, state, worker, price"
-                " FROM orders ORDER BY created")],
-            "bids": [dict(r) for r in con.execute(
-                "SELECT bid_id, worker, price, capacity, remaining, stake, tags, state FROM bids"
-                " ORDER BY price, created")],
+            "orders": [
+                dict(r)
+                for r in con.execute(
+                    "SELECT order_id, consumer, job_id, max_price, deadline, state, worker, price"
+                    " FROM orders ORDER BY created"
+                )
+            ],
+            "bids": [
+                dict(r)
+                for r in con.execute(
+                    "SELECT bid_id, worker, price, capacity, remaining, stake, tags, state"
+                    " FROM bids ORDER BY price, created"
+                )
+            ],
         }
 
     def audit(self, *, check_bls: bool = True) -> AuditReport:

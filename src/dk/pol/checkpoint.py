@@ -60,6 +60,7 @@ def meta_tensors(job: Any, step: int, steps_per_epoch: int) -> Tensors:
 
 
 COUNTER_KEY = "compress/rng_counter"
+ZK_DIGEST_KEY = "zk/params_digest"
 
 
 def initial_checkpoint(job: Any, steps_per_epoch: int) -> Tensors:
@@ -121,6 +122,8 @@ def expected_schema(job: Any, step: int) -> dict[str, tuple[str, tuple[int, ...]
         out[k] = ("float64", ())
     out["meta/step"] = ("int64", ())
     out["sampler/state"] = ("int64", (2,))
+    if job.mode == "zk":  # SPEC IV: the digest of the quantised weights, bound by the root
+        out[ZK_DIGEST_KEY] = ("uint8", (32,))
     return out
 
 
@@ -214,7 +217,7 @@ def read_blob_file(path: Path, *, limit: int = MAX_BLOB_BYTES) -> bytes:
     return data
 
 
-_DTYPES = {n: np.dtype(n) for n in ("float32", "float64", "int64")}
+_DTYPES = {n: np.dtype(n) for n in ("float32", "float64", "int64", "uint8")}
 
 
 def check_schema(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> None:

@@ -55,7 +55,14 @@ _DEFAULTS: dict[str, Any] = {
         "batch_size": 32,
         "compression": "",
     },
-    "pol": {"interval": 10, "mode": "exact", "tolerance": 0.0, "worker": "", "backend": ""},
+    "pol": {
+        "interval": 10,
+        "mode": "exact",
+        "tolerance": 0.0,
+        "worker": "",
+        "backend": "",
+        "zk": {},
+    },
 }
 
 
@@ -231,10 +238,47 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         raise _fail("pol.backend = 'dk' (reproducible kernels) is for exact mode")
     if p["backend"] == "dk" and t["compression"]:
         raise _fail("compressed training runs on pol.backend = 'torch'")
+    _check_zk(job)
     p["init_root"] = _hex_or_empty(p, "init_root")
     if p["mode"] == "tolerant" and p["tolerance"] <= 0.0:
         raise _fail("pol.tolerance must be > 0 in tolerant mode (run `dk calibrate`)")
     return job
+
+
+ZK_SETTING_KEYS = (
+    "scale",
+    "visibility",
+    "num_inner_cols",
+    "lookup_safety_margin",
+    "max_logrows",
+    "bound_ulps",
+    "bound_rel",
+    "decomp_base",
+    "decomp_legs",
+)
+
+
+def _check_zk(job: dict[str, Any]) -> None:
+    """zk mode (SPEC IV): what the step circuits support, and ``pol.zk`` circuit settings."""
+    p, m, t = job["pol"], job["model"], job["train"]
+    z = p["zk"]
+    if not isinstance(z, dict) or len(z) > len(ZK_SETTING_KEYS):
+        raise _fail("pol.zk must be a table of circuit settings")
+    for k, v in z.items():
+        if k not in ZK_SETTING_KEYS:
+            raise _fail(f"pol.zk.{k} is not a circuit setting ({', '.join(ZK_SETTING_KEYS)})")
+        if isinstance(v, bool) or not isinstance(v, int | float | str):
+            raise _fail(f"pol.zk.{k} must be a number or a string")
+    if p["mode"] != "zk":
+        if z:
+            raise _fail("pol.zk settings are only for mode = 'zk'")
+        return
+    if m["arch"] not in ("linear", "mlp") or m["activation"] != "relu":
+        raise _fail("zk mode proves linear and ReLU mlp models only")
+    if t["optimizer"] != "sgd" or t["momentum"] != 0.0 or t["weight_decay"] != 0.0:
+        raise _fail("zk mode proves plain SGD steps (momentum = 0, weight_decay = 0)")
+    if t["compression"]:
+        raise _fail("zk mode does not support gradient compression")
 
 
 @dataclass(frozen=True)

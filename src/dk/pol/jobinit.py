@@ -28,12 +28,16 @@ def default_job(
     tolerance: float | None = None,
     name: str | None = None,
     base_dir: Path = Path("."),
+    init_extra: Any = None,
     **extra: Any,
 ) -> JobSpec:
     """A complete job for the given choices, with ``data.root`` and ``pol.init_root`` filled in.
 
     With no arguments: an exact-mode digits MLP (64-64-10, SGD with momentum), 300 steps,
-    checkpoints every 10 steps.
+    checkpoints every 10 steps. zk mode defaults to plain SGD (momentum 0), what its circuits
+    prove; ``init_extra(job)`` returns checkpoint 0's extra tensors (zk: the weights' digest,
+    from ``dk.circuits.session.zk_init_extra``); without it a zk job's ``init_root`` is left
+    empty (not pinned).
     """
     raw: dict[str, Any] = {
         "name": name or f"{dataset}-{arch}",
@@ -47,6 +51,8 @@ def default_job(
         raw["model"]["hidden"] = hidden
     if data_path:
         raw["data"]["path"] = data_path
+    if mode == "zk":
+        raw["train"]["momentum"] = 0.0
     if lr is not None:
         raw["train"]["lr"] = lr
     elif optimizer == "adam":
@@ -75,8 +81,12 @@ def default_job(
     from dk.pol.sampler import job_sampler
 
     spe = job_sampler(job, len(ds)).steps_per_epoch
-    root = checkpoint_root(initial_checkpoint(job, spe))
-    return job.with_updates(pol={"init_root": root.hex()})
+    ck0 = initial_checkpoint(job, spe)
+    if job.mode == "zk":
+        if init_extra is None:
+            return job
+        ck0.update(init_extra(job))
+    return job.with_updates(pol={"init_root": checkpoint_root(ck0).hex()})
 
 
 def _square(n: int) -> list[int]:

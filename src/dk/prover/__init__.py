@@ -3,5 +3,6 @@
 from dk.prover.bundle import build_manifest as build_manifest
 from dk.prover.bundle import prove_run as prove_run
 from dk.prover.bundle import sign_manifest as sign_manifest
+from dk.prover.bundle import train as train
 
-__all__ = ["build_manifest", "prove_run", "sign_manifest"]
+__all__ = ["build_manifest", "prove_run", "sign_manifest", "train"]

@@ -125,3 +125,15 @@ def prove_run(
         _link_or_copy(src, out / ck["blob"])
     write_bundle(out, m, sign_manifest(m, key))
     return out
+
+
+def train(job: JobSpec | str | Path, run_dir: str | Path, *, progress: Any = None) -> Any:
+    """Train a job with recording, whatever its mode (zk jobs step through their circuit)."""
+    job = as_job(job)
+    if job.mode == "zk":
+        from dk.circuits.session import train_zk
+
+        return train_zk(job, run_dir, progress=progress)
+    from dk.pol.train import train_job
+
+    return train_job(job, run_dir, progress=progress)

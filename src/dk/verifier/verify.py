@@ -18,7 +18,7 @@ import numpy as np
 
 from dk.crypto.hashing import digests_equal
 from dk.crypto.keys import VerifyKey
-from dk.errors import FormatError
+from dk.errors import BackendUnavailable, FormatError
 from dk.pol.checkpoint import (
     blob_name,
     check_schema,
@@ -118,6 +118,7 @@ def verify_bundle(
     worker: str | None = None,
     dataset: Dataset | None = None,
     integrity: str = "all",
+    replay: bool = True,
 ) -> Report:
     """Verify a bundle against a job; never raises on bad input.
 
@@ -139,6 +140,8 @@ def verify_bundle(
         integrity: ``"all"`` checks every blob against its commitment (default);
             ``"challenged"`` fetches and checks only the checkpoints the challenge needs, as a
             verifier of a remote bundle would (DESIGN §4); the report says which was done.
+        replay: False stops after deriving the challenge and checking integrity (what
+            ``dk challenge`` does); the report's ``replay`` check is then ``"skip"``.
 
     Returns:
         The :class:`Report` (``report.ok`` is the verdict).
@@ -161,6 +164,7 @@ def verify_bundle(
             worker,
             dataset,
             integrity,
+            replay,
         )
     except _Reject:
         pass
@@ -186,6 +190,7 @@ def _verify(
     worker: str | None,
     dataset: Dataset | None,
     integrity: str = "all",
+    replay: bool = True,
 ) -> None:
     # 1. inputs --------------------------------------------------------------------------
     if not bundle.is_dir():
@@ -312,7 +317,19 @@ def _verify(
         sampler = job_sampler(job, len(ds))
     except FormatError as e:
         _fatal(rep, "job", e, Reason.JOB_MALFORMED)
-    init_root = checkpoint_root(initial_checkpoint(job, sampler.steps_per_epoch))
+    circ = None
+    if job.mode == "zk":  # the verifier's own circuit (SPEC IV); needs the zk extra
+        from dk.verifier import zk
+
+        try:
+            circ = zk.load_circuit(job)
+        except (BackendUnavailable, ImportError) as e:
+            rep.fail("zk", Reason.BACKEND_UNAVAILABLE, str(e))
+            raise _Reject from None
+    init_ck = initial_checkpoint(job, sampler.steps_per_epoch)
+    if circ is not None:
+        init_ck.update(zk.init_extra(job, circ))
+    init_root = checkpoint_root(init_ck)
     if not digests_equal(init_root, bytes.fromhex(m["checkpoints"][0]["root"])) or (
         job.pol["init_root"] and job.pol["init_root"] != init_root.hex()
     ):
@@ -358,7 +375,7 @@ def _verify(
 
     # 7. blobs against their commitments (every one, or those the challenge needs) ----------------
     tolerant = job.mode == "tolerant"
-    needed = set(chal) | ({i + 1 for i in chal} if tolerant else set())
+    needed = set(chal) | ({i + 1 for i in chal} if tolerant or circ is not None else set())
     fetch = (
         set(range(len(m["checkpoints"]))) if integrity == "all" else needed | {i + 1 for i in chal}
     )
@@ -420,6 +437,13 @@ def _verify(
                     j - 1,
                 )
                 raise _Reject
+        if circ is not None and not zk.digest_matches(circ, tensors):
+            rep.fail(
+                "zk",
+                Reason.ZK_INSTANCE_MISMATCH,
+                f"checkpoint {j}: zk/params_digest is not the digest of its weights",
+            )
+            raise _Reject
         if j in needed:
             held[j] = tensors
         prev = tensors
@@ -428,7 +452,13 @@ def _verify(
     rep.passed("hparams")
     rep.passed("metadata")
 
-    # 8. replay -------------------------------------------------------------------------------
+    # 8. replay, or zk proofs instead of replay -----------------------------------------------
+    if not replay:
+        rep.checks["replay"] = "skip"
+        return
+    if circ is not None:
+        zk.verify_proofs(rep, bundle, circ, m, chal, held, sampler, ds)
+        return
     _replay(rep, bundle, job, ds, m, chal, held, workers)
 
 

@@ -1,0 +1,131 @@
+"""zk-mode verification: check EZKL proofs of the challenged intervals (SPEC IV §6).
+
+Imported only for ``mode = "zk"`` jobs; needs the optional ``zk`` extra (ezkl, onnx). The
+verifier builds its *own* step circuit from the job, so a proof of another model, learning
+rate or batch size fails its circuit id; the proofs' public instances must equal the digests
+the verifier recomputes from the committed checkpoints and the batches it derives itself.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dk.crypto.canonical_json import parse_json
+from dk.errors import BackendUnavailable, FormatError
+from dk.pol.checkpoint import ZK_DIGEST_KEY
+from dk.verifier.report import Reason, Report
+
+MAX_PROOF_FILE = 64 * 1024 * 1024
+_PROOF_FILE = re.compile(r"^proofs/interval-(0|[1-9][0-9]{0,8})\.json$")
+
+
+def proof_file(interval: int) -> str:
+    """Relative path of interval ``i``'s proof chain in a bundle (SPEC IV §6.2)."""
+    return f"proofs/interval-{interval}.json"
+
+
+def load_circuit(job: Any) -> Any:
+    """The verifier's own step circuit for the job."""
+    try:
+        from dk.circuits.session import circuit_for_job
+    except ImportError as e:
+        raise BackendUnavailable(
+            f"zk-mode verification needs the zk extra (pip install 'dk-pol[zk]'): {e}"
+        ) from None
+    return circuit_for_job(job)
+
+
+def init_extra(job: Any, circ: Any) -> dict[str, np.ndarray]:
+    """The zk tensors of checkpoint 0."""
+    from dk.circuits.session import zk_init_extra
+
+    return zk_init_extra(job, circ)
+
+
+def digest_matches(circ: Any, tensors: Mapping[str, np.ndarray]) -> bool:
+    """True iff a checkpoint's ``zk/params_digest`` is the digest of its own weights."""
+    from dk.circuits.session import digest_bytes
+    from dk.pol.checkpoint import model_tensors
+
+    return bytes(tensors[ZK_DIGEST_KEY]) == bytes(digest_bytes(circ, model_tensors(tensors)))
+
+
+def proof_index(m: dict[str, Any]) -> dict[int, str]:
+    """``{interval: file}`` from the manifest's ``proofs`` (strictly checked)."""
+    out: dict[int, str] = {}
+    for entry in m.get("proofs", []):
+        if not isinstance(entry, dict) or set(entry) != {"interval", "file"}:
+            raise FormatError("manifest proofs entries must be {interval, file}")
+        i, f = entry["interval"], entry["file"]
+        if isinstance(i, bool) or not isinstance(i, int) or not isinstance(f, str):
+            raise FormatError("manifest proofs entry has the wrong types")
+        if f != proof_file(i) or not _PROOF_FILE.match(f) or i in out:
+            raise FormatError(f"proof file {f!r} must be {proof_file(i)!r}, once per interval")
+        out[i] = f
+    return out
+
+
+def verify_proofs(
+    rep: Report,
+    bundle: Path,
+    circ: Any,
+    m: dict[str, Any],
+    chal: list[int],
+    held: dict[int, dict[str, np.ndarray]],
+    sampler: Any,
+    dataset: Any,
+) -> None:
+    """Check a proof chain for every challenged interval; record findings in ``rep``."""
+    from dk.circuits import verify_interval
+    from dk.pol.checkpoint import read_blob_file
+
+    try:
+        files = proof_index(m)
+    except FormatError as e:
+        rep.fail("zk", Reason.BAD_PATH, str(e))
+        return
+    ivs = m["intervals"]
+    steps = 0
+    for i in chal:
+        if i not in files:
+            rep.fail("zk", Reason.ZK_PROOF_MISSING, f"no proof for challenged interval {i}", i)
+            continue
+        try:
+            raw = read_blob_file(bundle / files[i], limit=MAX_PROOF_FILE)
+            records = parse_json(raw, limit=MAX_PROOF_FILE, what=f"proofs of interval {i}")
+        except FormatError as e:
+            code = Reason.BAD_PATH if e.reason == "BAD_PATH" else Reason.ZK_PROOF_INVALID
+            rep.fail("zk", code, str(e), i)
+            continue
+        a, b = ivs[i]["start_step"], ivs[i]["end_step"]
+        batches = []
+        for t in range(a, b):
+            idx = sampler.batch(t)
+            batches.append((dataset.X[idx], dataset.y[idx]))
+        start = bytes(held[i][ZK_DIGEST_KEY]).hex()
+        end = bytes(held[i + 1][ZK_DIGEST_KEY]).hex()
+        res = verify_interval(
+            circ, records, _as_digest(circ, start), _as_digest(circ, end), batches
+        )
+        for flag in res.flags:
+            if flag not in rep.flags:
+                rep.flags.append(flag)
+        if not res.ok:
+            code = Reason.__members__.get(res.reason.value, Reason.ZK_PROOF_INVALID)
+            rep.fail("zk", code, f"interval {i}: {res.detail}", i)
+        steps += b - a
+    rep.figures["proven_steps_checked"] = steps
+    rep.passed("zk")
+
+
+def _as_digest(circ: Any, hex32: str) -> str:
+    """The digest string form ``circ.params_digest`` uses (same bytes)."""
+    probe = circ.params_digest(
+        {k: np.zeros(s, np.float32) for k, s in circ.spec.param_shapes().items()}
+    )
+    return ("0x" + hex32) if probe.startswith("0x") else hex32
