@@ -143,7 +143,15 @@ def main() -> None:
     names = list(CASES) if mode == "all" else list(DEFAULT_CASES)
     if mode == "quick":
         names = names[1:]
-    workdir = os.environ.get("DK_BENCH_CIRCUITS_DIR") or tempfile.mkdtemp(prefix="dk-bench-zk-")
+    keep = os.environ.get("DK_BENCH_CIRCUITS_DIR")
+    if keep:
+        _table(names, keep)
+    else:  # proving keys are gigabytes: do not leave them behind
+        with tempfile.TemporaryDirectory(prefix="dk-bench-zk-") as workdir:
+            _table(names, workdir)
+
+
+def _table(names: list[str], workdir: str) -> None:
     head = (
         f"{'case':<20} {'k':>3} {'setup s':>8} {'prove s':>8} {'verify s':>8} "
         f"{'proof KB':>8} {'pk MB':>7} {'peak GB':>7} {'x float':>9} {'ok':>3}"
