@@ -38,15 +38,29 @@ def zk_settings(job: Any) -> ZkSettings:
 
 
 def circuit_for_job(job: Any, *, workdir: str | Path | None = None) -> StepCircuit:
-    """The step circuit a zk job defines (built and cached under ``workdir``)."""
+    """The step circuit a zk job defines (built and cached under ``workdir``).
+
+    The SRS: ``DK_ZK_SRS`` (a file) pinned by ``DK_ZK_SRS_SHA256``, of kind ``DK_ZK_SRS_KIND``
+    (``ceremony``, trusted; or ``local``, someone's generated file, flagged ``insecure-srs``).
+    Without ``DK_ZK_SRS`` a local SRS is generated once in the cache directory; it is random
+    per machine, so a worker and a verifier on different machines must share the file
+    (and every proof checked with it is flagged ``insecure-srs``). Nothing is downloaded.
+    """
     if job.mode != "zk":
         raise FormatError("not a zk-mode job (pol.mode must be 'zk')")
+    srs = os.environ.get("DK_ZK_SRS") or None
+    pin = os.environ.get("DK_ZK_SRS_SHA256") or None
+    if srs is not None and pin is None:
+        raise FormatError("DK_ZK_SRS needs its SHA-256 in DK_ZK_SRS_SHA256")
     return StepCircuit.build(
         model=job.model,
         loss=job.train["loss"],
         lr=float(job.train["lr"]),
         batch_size=int(job.train["batch_size"]),
         workdir=workdir if workdir is not None else cache_dir(),
+        srs=srs,
+        srs_sha256=pin,
+        srs_kind=os.environ.get("DK_ZK_SRS_KIND", "ceremony"),
         settings=zk_settings(job),
     )
 

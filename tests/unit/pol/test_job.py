@@ -44,6 +44,7 @@ def test_defaults() -> None:
         "worker": "",
         "init_root": "",
         "backend": "dk",
+        "zk": {},
     }
     assert j["data"] == {"dataset": "digits", "root": ""}
 
@@ -149,7 +150,7 @@ def test_bad_values_are_one_line_format_errors(raw: Any, match: str) -> None:
         ("train", {"batch_size": 33}),
         ("train", {"compression": "topk:0.01"}),
         ("pol", {"interval": 11}),
-        ("pol", {"mode": "zk"}),
+        ("pol", {"mode": "tolerant", "tolerance": 0.5}),
         ("pol", {"mode": "tolerant", "tolerance": 0.01}),
         ("pol", {"tolerance": 0.5}),
         ("pol", {"worker": HEX}),
@@ -213,14 +214,14 @@ def test_load_job_errors(tmp_path: Path) -> None:
 def test_backend_defaults_and_refusals() -> None:
     assert _job().pol["backend"] == "dk"
     assert _job(pol={"mode": "tolerant", "tolerance": 0.1}).pol["backend"] == "torch"
-    assert _job(pol={"mode": "zk"}).pol["backend"] == "torch"
+    assert _job(pol={"mode": "zk"}, train={"momentum": 0.0}).pol["backend"] == "torch"
     assert _job(train={"compression": "topk:0.01"}).pol["backend"] == "torch"
     torch_job = _job(pol={"backend": "torch"})
     assert torch_job.pol["backend"] == "torch" and torch_job.job_id != _job().job_id
     for bad, match in [
         ({"backend": "jax"}, "backend"),
         ({"backend": "dk", "mode": "tolerant", "tolerance": 0.1}, "exact mode"),
-        ({"backend": "dk", "mode": "zk"}, "exact mode"),
+        ({"backend": "dk", "mode": "tolerant", "tolerance": 0.5}, "exact mode"),
     ]:
         with pytest.raises(FormatError, match=match):
             _job(pol=bad)
@@ -236,3 +237,18 @@ def test_checkpoint_steps() -> None:
     assert j.checkpoint_steps() == [0, 5, 10, 15, 20]
     j = _job(train={"steps": 3}, pol={"interval": 10})
     assert j.checkpoint_steps() == [0, 3]
+
+
+def test_zk_mode_rules() -> None:
+    """zk jobs: plain SGD on linear/ReLU-mlp models; pol.zk only for zk mode, known keys only."""
+    ok = _job(pol={"mode": "zk", "zk": {"decomp_base": 256}}, train={"momentum": 0.0})
+    assert ok.pol["zk"] == {"decomp_base": 256}
+    for pol, train, match in [
+        ({"mode": "zk"}, {}, "plain SGD"),
+        ({"mode": "zk"}, {"momentum": 0.0, "optimizer": "adam"}, "plain SGD"),
+        ({"zk": {"scale": 10}}, {}, "only for mode"),
+        ({"mode": "zk", "zk": {"colour": 1}}, {"momentum": 0.0}, "not a circuit setting"),
+        ({"mode": "zk", "zk": {"scale": True}}, {"momentum": 0.0}, "number or a string"),
+    ]:
+        with pytest.raises(FormatError, match=match):
+            _job(pol=pol, train=train)
