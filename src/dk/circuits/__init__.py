@@ -1,4 +1,4 @@
-"""Zero-knowledge proofs of SGD steps with EZKL (SPEC circuits; needs the ``zk`` extra).
+"""Zero-knowledge proofs of SGD steps with EZKL (SPEC IV; needs the ``zk`` extra).
 
 Build a circuit from the job, run or prove steps, and check chains of step proofs::
 

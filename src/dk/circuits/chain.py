@@ -1,4 +1,4 @@
-"""Proving and checking an interval of k steps as a chain of step proofs (SPEC circuits §6.3).
+"""Proving and checking an interval of k steps as a chain of step proofs (SPEC IV §6.3).
 
 Step j's ``params_out`` digest must equal step j+1's ``params_in``; the first proof starts
 from the committed start checkpoint and the last ends at the committed end checkpoint, so

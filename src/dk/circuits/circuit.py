@@ -1,4 +1,4 @@
-"""A compiled, checked, keyed circuit for one SGD step (SPEC circuits §4).
+"""A compiled, checked, keyed circuit for one SGD step (SPEC IV §4).
 
 ``StepCircuit.build`` exports the step graph, checks it against the float step, calibrates
 with pinned scales, compiles, and refuses the circuit unless its decoded outputs stay within
@@ -218,7 +218,7 @@ class StepCircuit:
         """Prove one step; return the proof record and the new parameters.
 
         Returns:
-            ``(record, new_params)``: ``record`` is JSON-serialisable (SPEC circuits §6.1).
+            ``(record, new_params)``: ``record`` is JSON-serialisable (SPEC IV §6.1).
         """
         from dk.circuits.statement import claims_from_instances
 

@@ -1,4 +1,4 @@
-"""Export one SGD step as an ONNX graph with an explicit backward (SPEC circuits §2).
+"""Export one SGD step as an ONNX graph with an explicit backward (SPEC IV §2).
 
 Graph inputs, in this order: every parameter in sorted-name order, then ``x`` (``[B, in]``)
 and ``y`` (``[B, out]``, one-hot for class labels). Graph outputs: the new parameters in the
@@ -87,7 +87,7 @@ def build_step_graph(spec: StepSpec):  # type: ignore[no-untyped-def]
         coef = 1.0 / spec.batch_size
         top = node("ReduceMax", [pre[-1]], "zmax", axes=[1], keepdims=1)
         shifted = node("Sub", [pre[-1], top], "zshift")
-        clamped = node("Clip", [shifted, "clamp_lo"], "zclamp")  # SPEC circuits §2.2
+        clamped = node("Clip", [shifted, "clamp_lo"], "zclamp")  # SPEC IV §2.2
         prob = node("Softmax", [clamped], "prob", axis=1)
         diff = node("Sub", [prob, "y"], "diff")
     inits.append(numpy_helper.from_array(np.array(coef, dtype=np.float32), "loss_coef"))

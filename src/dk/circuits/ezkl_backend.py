@@ -1,4 +1,4 @@
-"""Thin, file-based wrapper over the EZKL pipeline (SPEC circuits §4).
+"""Thin, file-based wrapper over the EZKL pipeline (SPEC IV §4).
 
 settings -> calibration -> compile -> setup -> witness -> prove -> verify. Every run
 argument that changes what the circuit computes is pinned here, never left to calibration:
@@ -157,7 +157,7 @@ def make_settings(
 
 
 def canonical_settings(settings: dict) -> dict:
-    """Make settings byte-for-byte reproducible (SPEC circuits §4.4).
+    """Make settings byte-for-byte reproducible (SPEC IV §4.4).
 
     EZKL writes some set-valued fields (range checks, lookups, einsum equations) in hash-set
     order, which varies between runs; that order shapes the circuit layout and hence the
@@ -181,7 +181,7 @@ def canonical_settings(settings: dict) -> dict:
 
 
 def check_pinned(settings: dict, zs: ZkSettings, softmax_floor: int | None = None) -> None:
-    """Refuse settings in which calibration moved a pinned value (SPEC circuits §4.2).
+    """Refuse settings in which calibration moved a pinned value (SPEC IV §4.2).
 
     Raises:
         CircuitError: on a scale, rebase multiplier or visibility other than pinned, or a

@@ -1,6 +1,6 @@
 """Holding a circuit to the float step: the output bound and the calibration input.
 
-SPEC circuits §4.3. The bound is ``bound_ulps * 2**-s + bound_rel * max|float update|``: a
+SPEC IV §4.3. The bound is ``bound_ulps * 2**-s + bound_rel * max|float update|``: a
 few units in the last place for rounding, plus a small fraction of the update for the
 quantised constants (``lr``, the loss coefficient) and the softmax clamp.
 """

@@ -1,6 +1,6 @@
 """Canonical quantisation of float32 tensors to BN254 field elements, and their digests.
 
-SPEC circuits §3. A float32 value ``v`` at scale ``s`` becomes the integer
+SPEC IV §3. A float32 value ``v`` at scale ``s`` becomes the integer
 ``q = round_half_even(v * 2**s)`` (exact: ``v * 2**s`` is computed in float64, which holds
 every float32 times a power of two without rounding), which must satisfy
 ``|q| < 2**QMAX_BITS``; ``q`` is embedded in the BN254 scalar field as ``q mod P`` (two's
@@ -167,7 +167,7 @@ def tensor_digests(
 
 
 def tensor_digest(tensors: Mapping[str, np.ndarray], scale: int, kind: str = "poseidon") -> str:
-    """The digest of a named tensor set (SPEC circuits §3.3).
+    """The digest of a named tensor set (SPEC IV §3.3).
 
     The digest combines the per-tensor digests of :func:`tensor_digests` in sorted-name
     order (``Poseidon(d_1, ..., d_n)`` for ``kind="poseidon"``): what a zk-mode checkpoint

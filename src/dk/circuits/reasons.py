@@ -1,4 +1,4 @@
-"""Reason codes and the result of checking zk proofs (SPEC circuits §6)."""
+"""Reason codes and the result of checking zk proofs (SPEC IV §6)."""
 
 from __future__ import annotations
 

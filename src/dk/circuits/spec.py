@@ -1,4 +1,4 @@
-"""What one circuit proves: a model, a loss, a learning rate and a batch size (SPEC circuits §1).
+"""What one circuit proves: a model, a loss, a learning rate and a batch size (SPEC IV §1).
 
 The models are the registry's ``linear`` and ``mlp`` with torch ``nn.Linear`` naming:
 ``fc{i}.weight`` has shape ``[out, in]`` and ``fc{i}.bias`` shape ``[out]``; an MLP puts a

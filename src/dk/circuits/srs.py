@@ -1,6 +1,6 @@
 """The structured reference string: locally generated, or a supplied file pinned by SHA-256.
 
-SPEC circuits §5. dk never downloads an SRS. By default it generates one with EZKL's
+SPEC IV §5. dk never downloads an SRS. By default it generates one with EZKL's
 ``gen_srs`` (fresh randomness; whoever generated it could forge proofs, so every proof made
 with it carries the ``insecure-srs`` flag) and keeps it in the work directory for reuse.
 A ceremony SRS file can be supplied instead; it is pinned by its SHA-256 and then trusted.

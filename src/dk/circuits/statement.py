@@ -1,4 +1,4 @@
-"""Step proof records: what they claim, and checking them (SPEC circuits §6).
+"""Step proof records: what they claim, and checking them (SPEC IV §6).
 
 A record claims three digests: ``params_in`` (the weights the step started from),
 ``batch`` and ``params_out`` (the new weights). The verifier derives the same three digests
@@ -74,7 +74,7 @@ def claims_from_instances(circ: StepCircuit, instances: list[str]) -> dict[str, 
 def check_public_bound(circ: StepCircuit, instances: list[str]) -> None:
     """Hold public outputs to the documented bound of the float step on the public inputs.
 
-    Defence in depth (SPEC circuits §4.3): even a circuit that miscomputed for some input
+    Defence in depth (SPEC IV §4.3): even a circuit that miscomputed for some input
     cannot make the verifier accept a step farther from the float step than the bound.
 
     Raises:
