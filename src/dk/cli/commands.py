@@ -313,42 +313,54 @@ def prove(
         app.print(f"wrote bundle {bundle} (worker {sk.verify_key.hex()[:16]}…)", markup=False)
 
 
+def challenge_options(f: Any) -> Any:
+    """The options that fix a challenge (SPEC §12.1), shared by `dk verify` and `dk challenge`."""
+    for opt in reversed(
+        [
+            click.option(
+                "--beacon",
+                callback=_hex32,
+                default=None,
+                help=f"Challenge entropy ({_HEX32}) fixed after the commitment; "
+                "default: a fresh nonce.",
+            ),
+            click.option(
+                "--samples",
+                type=click.IntRange(0),
+                default=None,
+                help="Uniformly sampled intervals [default: enough for --detect].",
+            ),
+            click.option(
+                "--topq",
+                type=click.IntRange(0),
+                default=1,
+                show_default=True,
+                help="Largest-update intervals per epoch added.",
+            ),
+            click.option(
+                "--detect",
+                type=click.FloatRange(0, 1),
+                default=0.99,
+                show_default=True,
+                help="Target detection probability.",
+            ),
+            click.option(
+                "--skipped",
+                type=click.FloatRange(0, 1),
+                default=0.1,
+                show_default=True,
+                help="Skipped fraction to detect.",
+            ),
+        ]
+    ):
+        f = opt(f)
+    return f
+
+
 @click.command(short_help="Verify a proof bundle")
 @click.argument("bundle", type=click.Path())
 @click.option("--job", "job_file", required=True, type=click.Path(dir_okay=False))
-@click.option(
-    "--beacon",
-    callback=_hex32,
-    default=None,
-    help=f"Challenge entropy ({_HEX32}) fixed after the commitment; default: a fresh nonce.",
-)
-@click.option(
-    "--samples",
-    type=click.IntRange(0),
-    default=None,
-    help="Uniformly sampled intervals [default: enough for --detect].",
-)
-@click.option(
-    "--topq",
-    type=click.IntRange(0),
-    default=1,
-    show_default=True,
-    help="Largest-update intervals per epoch added.",
-)
-@click.option(
-    "--detect",
-    type=click.FloatRange(0, 1),
-    default=0.99,
-    show_default=True,
-    help="Target detection probability.",
-)
-@click.option(
-    "--skipped",
-    type=click.FloatRange(0, 1),
-    default=0.1,
-    show_default=True,
-    help="Skipped fraction to detect.",
-)
+@challenge_options
 @click.option(
     "--workers",
     type=click.IntRange(1),
@@ -493,21 +505,7 @@ def vectors_check(app: App, directory: str, as_json: bool) -> None:
 @click.command(short_help="Derive the challenge for a committed bundle")
 @click.argument("bundle", type=click.Path())
 @click.option("--job", "job_file", required=True, type=click.Path(dir_okay=False))
-@click.option(
-    "--beacon",
-    callback=_hex32,
-    default=None,
-    help=f"Challenge entropy ({_HEX32}); default: a fresh nonce.",
-)
-@click.option(
-    "--samples",
-    type=click.IntRange(0),
-    default=None,
-    help="Uniformly sampled intervals [default: enough for --detect].",
-)
-@click.option("--topq", type=click.IntRange(0), default=1, show_default=True)
-@click.option("--detect", type=click.FloatRange(0, 1), default=0.99, show_default=True)
-@click.option("--skipped", type=click.FloatRange(0, 1), default=0.1, show_default=True)
+@challenge_options
 @click.option(
     "--out", required=True, type=click.Path(dir_okay=False), help="challenge.json to write."
 )
