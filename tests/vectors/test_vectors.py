@@ -240,3 +240,65 @@ def test_bundle_regeneration_is_byte_identical(tmp_path: Path) -> None:
 
     bundle.generate(tmp_path)
     assert _same_tree(ROOT / "bundle", tmp_path / "bundle") == []
+
+
+# --- circuits (SPEC Part IV): an independent quantiser and digest -----------------------------
+
+_BN254_P = 21888242871839275222246405745257275088548364400416034343698204186575808495617
+
+
+def _felt_bytes(value: float, scale: int) -> bytes:
+    """SPEC IV §3.1-§3.2 from the text: Python's round() is half-to-even on exact floats."""
+    q = round(value * 2**scale)
+    assert abs(q) < 2**24
+    return (q % _BN254_P).to_bytes(32, "little")
+
+
+def test_independent_circuit_quantisation() -> None:
+    for c in _cases(ROOT / "circuits" / "quantize.json"):
+        values = struct.unpack(f"<{len(c['input']) // 8}f", bytes.fromhex(c["input"]))
+        if c["result"] == "valid":
+            assert [round(v * 2 ** c["scale"]) for v in values] == c["q"], c["tcId"]
+
+
+def test_independent_circuit_digests() -> None:
+    checked = 0
+    for c in _cases(ROOT / "circuits" / "digest.json"):
+        if c.get("op") != "tensor_set" or c["kind"] != "sha256" or c["result"] != "valid":
+            continue
+        per_tensor = {}
+        for name, t in sorted(c["tensors"].items()):
+            data = bytes.fromhex(t["data"])
+            values = struct.unpack(f"<{len(data) // 4}f", data)
+            body = struct.pack("<Q", len(values)) + b"".join(
+                _felt_bytes(v, c["scale"]) for v in values
+            )
+            per_tensor[name] = _tagged("dk/v1/circuits/tensor", body)
+        assert {k: d.hex() for k, d in per_tensor.items()} == c["tensor_digests"], c["tcId"]
+        body = struct.pack("<Q", len(per_tensor)) + b"".join(per_tensor.values())
+        assert _tagged("dk/v1/circuits/tensor-set", body).hex() == c["digest"], c["tcId"]
+        checked += 1
+    assert checked >= 5
+
+
+def test_circuit_vector_files_have_valid_and_invalid_cases() -> None:
+    for path in sorted((ROOT / "circuits").glob("*.json")):
+        cases = _cases(path)
+        assert {c["result"] for c in cases} == {"valid", "invalid"}, path.name
+        assert [c["tcId"] for c in cases] == list(range(1, len(cases) + 1)), path.name
+        for c in cases:
+            assert c["result"] == "valid" or c.get("expected_reason"), (path.name, c["tcId"])
+
+
+@pytest.mark.ezkl
+def test_circuit_regeneration_keeps_the_checked_in_proofs(tmp_path: Path) -> None:
+    # The SRS and the proofs are random; the generator reuses the checked-in ones, so a rerun
+    # over a copy reproduces every file byte for byte.
+    import shutil
+
+    pytest.importorskip("ezkl")
+    from vectors.gen import circuits
+
+    shutil.copytree(ROOT / "circuits", tmp_path / "circuits")
+    circuits.generate(tmp_path)
+    assert _same_tree(ROOT / "circuits", tmp_path / "circuits") == []
