@@ -80,8 +80,12 @@ def felt_to_int(felt: str) -> int:
     Raises:
         FormatError: on a malformed string or a value not below P.
     """
-    if not isinstance(felt, str) or len(felt) != FELT_HEX_LEN:
-        raise FormatError("circuit: a field element must be 64 hex characters")
+    if (
+        not isinstance(felt, str)
+        or len(felt) != FELT_HEX_LEN
+        or not set(felt) <= set("0123456789abcdef")
+    ):
+        raise FormatError("circuit: a field element must be 64 lowercase hex characters")
     try:
         v = int.from_bytes(bytes.fromhex(felt), "little")
     except ValueError as e:

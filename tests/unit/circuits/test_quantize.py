@@ -53,7 +53,7 @@ def test_bad_values_and_felts_are_refused() -> None:
         quantize(np.array([4096.0]), 12)
     with pytest.raises(FormatError, match="reduced"):
         felt_to_int(P.to_bytes(32, "little").hex())
-    with pytest.raises(FormatError, match="64 hex"):
+    with pytest.raises(FormatError, match="64 lowercase hex"):
         felt_to_int("00")
     with pytest.raises(FormatError, match="not hex"):
         felt_to_int("zz" * 32)
@@ -87,3 +87,16 @@ def test_poseidon_set_digest_matches_ezkl() -> None:
     t = {"w": np.array([[0.5, -0.25]], np.float32)}
     per = ezkl.poseidon_hash([int_to_felt(2048), int_to_felt(-1024)])
     assert tensor_digest(t, 12) == ezkl.poseidon_hash(per)[0]
+
+
+def test_felts_must_be_lowercase_hex() -> None:
+    """SPEC IV §3.2: only the canonical spelling decodes (upper case and spaces are refused)."""
+    import pytest as _pytest
+
+    from dk.circuits.quantize import felt_to_int
+    from dk.errors import FormatError
+
+    assert felt_to_int("0a" + "00" * 31) == 10
+    for bad in ("0A" + "00" * 31, "01" + " " * 62):
+        with _pytest.raises(FormatError, match="lowercase"):
+            felt_to_int(bad)
