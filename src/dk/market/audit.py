@@ -83,8 +83,14 @@ class _Auditor:
             self.bad(seq, "moves is not a list")
             return
         for m in moves:
-            if (not isinstance(m, list) or len(m) != 3 or not isinstance(m[2], int)
-                    or isinstance(m[2], bool) or m[2] <= 0 or m[0] == m[1]):
+            if (
+                not isinstance(m, list)
+                or len(m) != 3
+                or not isinstance(m[2], int)
+                or isinstance(m[2], bool)
+                or m[2] <= 0
+                or m[0] == m[1]
+            ):
                 self.bad(seq, f"malformed move {m!r}")
                 continue
             src, dst, amount = m
@@ -187,5 +193,6 @@ def audit(ledger: Ledger, *, bls: Any = None, check_bls: bool = True) -> AuditRe
     totals = {**a.totals, "held": inside}
     for prefix in ("acct", "escrow", "stake", "bond"):
         totals[prefix] = sum(v for h, v in folded.items() if h.startswith(prefix + ":"))
-    return AuditReport(ok=not a.problems, events=count, head=prev.hex(), totals=totals,
-                       problems=a.problems)
+    return AuditReport(
+        ok=not a.problems, events=count, head=prev.hex(), totals=totals, problems=a.problems
+    )

@@ -68,15 +68,18 @@ def open_challenge(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     order_id = fields.object_id(p, "order_id", "o")
     amount = fields.amount(p, "bond")
     if ("interval" in p) == ("counter_roots" in p):
-        raise FormatError("market request: give exactly one of interval, counter_roots",
-                          reason="BAD_PARAMS")
+        raise FormatError(
+            "market request: give exactly one of interval, counter_roots", reason="BAD_PARAMS"
+        )
     interval = fields.integer(p, "interval", 0, 2**31) if "interval" in p else None
     counter = None
     if "counter_roots" in p:
         roots = p["counter_roots"]
         if not isinstance(roots, list) or not 2 <= len(roots) <= MAX_COUNTER_ROOTS:
-            raise FormatError(f"market request: counter_roots must list 2..{MAX_COUNTER_ROOTS}"
-                              " roots", reason="BAD_PARAMS")
+            raise FormatError(
+                f"market request: counter_roots must list 2..{MAX_COUNTER_ROOTS} roots",
+                reason="BAD_PARAMS",
+            )
         counter = [fields.digest_hex({"r": r}, "r") for r in roots]
     order = tx.one("SELECT * FROM orders WHERE order_id = ?", (order_id,))
     if order is None:
@@ -93,8 +96,15 @@ def open_challenge(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     tx.exec(
         "INSERT INTO challenges(challenge_id, order_id, challenger, bond, interval, counter,"
         " state, created) VALUES(?, ?, ?, ?, ?, ?, 'open', ?)",
-        (cid, order_id, req.account, amount, interval,
-         None if counter is None else json.dumps(counter), tx.seq),
+        (
+            cid,
+            order_id,
+            req.account,
+            amount,
+            interval,
+            None if counter is None else json.dumps(counter),
+            tx.seq,
+        ),
     )
     tx.move(acct(req.account), bond(cid), amount)
     tx.data = {"challenge_id": cid, "order_id": order_id}
@@ -135,8 +145,12 @@ def record_resolution(
         raise MarketRefused("BAD_STATE", f"{challenge_id} is already {ch['state']}")
     order = tx.one("SELECT * FROM orders WHERE order_id = ?", (ch["order_id"],))
     upheld = interval is not None and not replay_ok
-    tx.data = {"challenge_id": challenge_id, "order_id": ch["order_id"], "interval": interval,
-               "upheld": upheld}
+    tx.data = {
+        "challenge_id": challenge_id,
+        "order_id": ch["order_id"],
+        "interval": interval,
+        "upheld": upheld,
+    }
     if not upheld:
         tx.exec("UPDATE challenges SET state = 'failed' WHERE challenge_id = ?", (challenge_id,))
         tx.move(bond(challenge_id), acct(order["worker"]), ch["bond"])
@@ -152,6 +166,8 @@ def record_resolution(
     for other in tx.all(
         "SELECT * FROM challenges WHERE order_id = ? AND state = 'open'", (order["order_id"],)
     ):
-        tx.exec("UPDATE challenges SET state = 'voided' WHERE challenge_id = ?",
-                (other["challenge_id"],))
+        tx.exec(
+            "UPDATE challenges SET state = 'voided' WHERE challenge_id = ?",
+            (other["challenge_id"],),
+        )
         tx.move(bond(other["challenge_id"]), acct(other["challenger"]), other["bond"])

@@ -65,27 +65,38 @@ def run_demo(
     for n in names:
         m.execute(c[n].request("deposit", amount=1_000), now=t)
     say("market: 5 accounts deposit 1000 each (Ed25519-signed requests with nonces)")
-    oid = m.execute(c["consumer"].request(
-        "order", job_id=job.job_id.hex(), max_price=120, min_stake=50, deadline=t + 86_400,
-        tags={"hw": "cpu"}), now=t)["order_id"]
+    oid = m.execute(
+        c["consumer"].request(
+            "order",
+            job_id=job.job_id.hex(),
+            max_price=120,
+            min_stake=50,
+            deadline=t + 86_400,
+            tags={"hw": "cpu"},
+        ),
+        now=t,
+    )["order_id"]
     say(f"market: consumer orders job {job.job_id.hex()[:16]}… as {oid}, 120 locked in escrow")
-    m.execute(c["worker"].request("bid", price=100, capacity=1, stake=50, tags={"hw": "cpu"}),
-              now=t)
-    m.execute(c["val-1"].request("bid", price=90, capacity=1, stake=10, tags={"hw": "cpu"}),
-              now=t)
+    m.execute(
+        c["worker"].request("bid", price=100, capacity=1, stake=50, tags={"hw": "cpu"}), now=t
+    )
+    m.execute(c["val-1"].request("bid", price=90, capacity=1, stake=10, tags={"hw": "cpu"}), now=t)
     matched = m.execute(c["consumer"].request("match", order_id=oid), now=t)
     say(f"market: matched {oid} with {matched['bid_id']} at price {matched['price']}")
     for b in m.show(oid)["bids"]:
         if b["status"] != "matched":
             why = "; ".join(b["reasons"])
             say(f"market:   {b['bid_id']} (price {b['price']}) not matched: {why}")
-    m.execute(c["worker"].request("submit", order_id=oid, **bundle_commitment(bundle_dir)),
-              now=t + 60)
+    m.execute(
+        c["worker"].request("submit", order_id=oid, **bundle_commitment(bundle_dir)), now=t + 60
+    )
     say("market: worker submits the bundle commitment; the beacon is the ledger head after it")
     t0 = time.perf_counter()
     out = m.verify_result(oid, bundle_dir, job, now=t + 61)
-    say(f"market: market's verify_bundle: {'accept' if out['ok'] else 'reject'} "
-        f"({time.perf_counter() - t0:.1f} s)")
+    say(
+        f"market: market's verify_bundle: {'accept' if out['ok'] else 'reject'} "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
     if not out["ok"]:
         say(f"market: result rejected ({', '.join(out['reasons'])}); escrow refunded")
         m.close()
@@ -96,14 +107,20 @@ def run_demo(
         if n != "val-3":  # two of three attest; k = 2 suffices
             m.execute(attestation_request(m, c[n], bls, oid, bundle_dir, job), now=t + 63)
     acc = m.accept(oid, now=t + 64)
-    say(f"market: {len(acc['signers'])} BLS attestations aggregated and verified in one check; "
-        f"challenge window until t+{acc['window_end'] - t}")
+    say(
+        f"market: {len(acc['signers'])} BLS attestations aggregated and verified in one check; "
+        f"challenge window until t+{acc['window_end'] - t}"
+    )
     settled = m.settle(oid, now=acc["window_end"])
-    say(f"market: window passed with no challenge: {settled['outcome']}; worker balance "
-        f"{m.balance(c['worker'].account)}, consumer {m.balance(c['consumer'].account)}")
+    say(
+        f"market: window passed with no challenge: {settled['outcome']}; worker balance "
+        f"{m.balance(c['worker'].account)}, consumer {m.balance(c['consumer'].account)}"
+    )
     report = m.audit()
-    say(f"market: audit {'clean' if report.ok else 'FAILED'}: {report.events} events, "
+    say(
+        f"market: audit {'clean' if report.ok else 'FAILED'}: {report.events} events, "
         f"chain head {report.head[:16]}…, held {report.totals['held']} = deposits "
-        f"{report.totals['deposits']} - withdrawals {report.totals['withdrawals']}")
+        f"{report.totals['deposits']} - withdrawals {report.totals['withdrawals']}"
+    )
     m.close()
     return settled["outcome"] == "released" and report.ok

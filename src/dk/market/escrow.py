@@ -37,9 +37,7 @@ def settle_order(tx: Tx, order_id: str, now: int) -> None:
             raise MarketRefused(
                 "NOT_SETTLEABLE", f"challenge window of {order_id} ends at {order['window_end']}"
             )
-        if tx.one(
-            "SELECT 1 FROM challenges WHERE order_id = ? AND state = 'open'", (order_id,)
-        ):
+        if tx.one("SELECT 1 FROM challenges WHERE order_id = ? AND state = 'open'", (order_id,)):
             raise MarketRefused("NOT_SETTLEABLE", f"{order_id} has an unresolved challenge")
         outcome, escrow_to, stake_to = "released", order["worker"], order["worker"]
     elif now < order["deadline"]:

@@ -251,6 +251,9 @@ class Ledger:
         """Every event in order as ``(seq, prev_hash, hash, body)``."""
         cur = self.con.execute("SELECT seq, prev_hash, hash, body FROM events ORDER BY seq")
         for seq, prev, digest, body in cur:
-            yield int(seq), bytes(prev), bytes(digest), parse_json(
-                bytes(body), limit=MAX_EVENT_BODY, what=f"event {seq}"
+            yield (
+                int(seq),
+                bytes(prev),
+                bytes(digest),
+                parse_json(bytes(body), limit=MAX_EVENT_BODY, what=f"event {seq}"),
             )

@@ -49,8 +49,17 @@ def place_order(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     tx.exec(
         "INSERT INTO orders(order_id, consumer, job_id, max_price, min_stake, deadline, policy,"
         " tags, state, created) VALUES(?, ?, ?, ?, ?, ?, ?, ?, 'open', ?)",
-        (order_id, req.account, job_id, max_price, min_stake, deadline,
-         json.dumps(policy, sort_keys=True), json.dumps(tags, sort_keys=True), tx.seq),
+        (
+            order_id,
+            req.account,
+            job_id,
+            max_price,
+            min_stake,
+            deadline,
+            json.dumps(policy, sort_keys=True),
+            json.dumps(tags, sort_keys=True),
+            tx.seq,
+        ),
     )
     tx.move(acct(req.account), escrow(order_id), max_price)
     tx.data = {"order_id": order_id, "job_id": job_id, "policy": policy}
@@ -73,8 +82,16 @@ def place_bid(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     tx.exec(
         "INSERT INTO bids(bid_id, worker, price, capacity, remaining, stake, tags, state, created)"
         " VALUES(?, ?, ?, ?, ?, ?, ?, 'open', ?)",
-        (bid_id, req.account, price, capacity, capacity, per_job,
-         json.dumps(tags, sort_keys=True), tx.seq),
+        (
+            bid_id,
+            req.account,
+            price,
+            capacity,
+            capacity,
+            per_job,
+            json.dumps(tags, sort_keys=True),
+            tx.seq,
+        ),
     )
     if per_job:
         tx.move(acct(req.account), stake(bid_id), per_job * capacity)

@@ -125,8 +125,13 @@ def record_verification(tx: Tx, order_id: str, beacon: bytes, report: Any, now: 
         raise MarketRefused("BAD_STATE", f"{order_id} is not awaiting verification")
     digest = bytes(report.digest()).hex()
     reasons = [str(getattr(r, "code", r)) for r in report.reasons]
-    tx.data = {"order_id": order_id, "ok": bool(report.ok), "report_digest": digest,
-               "beacon": beacon.hex(), "reasons": reasons[:32]}
+    tx.data = {
+        "order_id": order_id,
+        "ok": bool(report.ok),
+        "report_digest": digest,
+        "beacon": beacon.hex(),
+        "reasons": reasons[:32],
+    }
     if report.ok:
         tx.exec(
             "UPDATE orders SET state = 'verified', beacon = ?, report_digest = ? "
@@ -172,5 +177,10 @@ def record_acceptance(
         "UPDATE orders SET state = 'accepted', accepted_at = ?, window_end = ? WHERE order_id = ?",
         (now, now + window, order_id),
     )
-    tx.data = {"order_id": order_id, "signers": signers, "aggregate": aggregate.hex(),
-               "report_digest": order["report_digest"], "window_end": now + window}
+    tx.data = {
+        "order_id": order_id,
+        "signers": signers,
+        "aggregate": aggregate.hex(),
+        "report_digest": order["report_digest"],
+        "window_end": now + window,
+    }

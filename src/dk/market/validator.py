@@ -13,8 +13,14 @@ from dk.market.requests import Client
 
 
 def attestation_request(
-    market: Market, client: Client, bls_key: BlsKey, order_id: str, bundle_dir: str | Path,
-    job: Any, *, verify: Any = None,
+    market: Market,
+    client: Client,
+    bls_key: BlsKey,
+    order_id: str,
+    bundle_dir: str | Path,
+    job: Any,
+    *,
+    verify: Any = None,
 ) -> dict[str, Any]:
     """Verify an order's bundle independently and return a signed ``attest`` request.
 
@@ -42,17 +48,24 @@ def attestation_request(
         raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not verified")
     policy = json.loads(order["policy"])
     run = verify or market.verifier
-    report = run(Path(bundle_dir), job, beacon=bytes.fromhex(order["beacon"]),
-                 samples=policy["samples"], topq=policy["topq"])
+    report = run(
+        Path(bundle_dir),
+        job,
+        beacon=bytes.fromhex(order["beacon"]),
+        samples=policy["samples"],
+        topq=policy["topq"],
+    )
     if not report.ok:
         raise MarketRefused("REPORT_REJECTED", "this validator's verification rejects the bundle")
     digest = bytes(report.digest())
     sig = bls_key.bls.sign(bls_key.sk, attestation_message(market.market_id, order_id, digest))
-    return client.request("attest", order_id=order_id, report_digest=digest.hex(),
-                          signature=sig.hex())
+    return client.request(
+        "attest", order_id=order_id, report_digest=digest.hex(), signature=sig.hex()
+    )
 
 
 def registration_request(client: Client, bls_key: BlsKey) -> dict[str, Any]:
     """A signed ``register_validator`` request with the key's proof of possession."""
-    return client.request("register_validator", bls_pk=bls_key.pk.hex(),
-                          pop=bls_key.bls.pop_prove(bls_key.sk).hex())
+    return client.request(
+        "register_validator", bls_pk=bls_key.pk.hex(), pop=bls_key.bls.pop_prove(bls_key.sk).hex()
+    )
