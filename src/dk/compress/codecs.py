@@ -11,6 +11,7 @@ Codecs are stateless; error feedback, momentum correction and the generator coun
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -49,7 +50,7 @@ def _flat(x: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Codec:
+class Codec(ABC):
     """Base class: a named, parameterised codec (see :func:`parse_codec`).
 
     Attributes:
@@ -75,19 +76,19 @@ class Codec:
         """Generator counters one :meth:`compress` call on ``numel`` elements consumes."""
         return 0
 
+    @abstractmethod
     def empty(self, shape: tuple[int, ...]) -> Compressed:
         """Allocate a message whose buffers :meth:`compress` can reuse for this shape."""
-        raise NotImplementedError
 
+    @abstractmethod
     def compress(
         self, x: np.ndarray, *, counter: int = 0, out: Compressed | None = None
     ) -> Compressed:
         """Compress ``x`` (float32, finite); reuse ``out``'s buffers when given."""
-        raise NotImplementedError
 
+    @abstractmethod
     def decompress(self, c: Compressed, out: np.ndarray) -> np.ndarray:
         """Write the float32 decompression of ``c`` into ``out`` (``c.numel`` elements)."""
-        raise NotImplementedError
 
 
 def _fmt(v: Any) -> str:

@@ -18,8 +18,8 @@ from numba import cuda
 
 from dk.compress import reference as R
 
-if not cuda.is_available():
-    pytest.skip("numba.cuda was imported without the simulator and no GPU", allow_module_level=True)
+if not cuda.is_available():  # tests/conftest.py enables the simulator unless DK_CUDA_REAL=1
+    raise RuntimeError("no CUDA: run with the simulator (default) or on a GPU with DK_CUDA_REAL=1")
 
 from dk.compress import _cuda as C
 
