@@ -15,9 +15,8 @@ from vectors.gen.forge import FORGERIES, Forgery
 from dk.crypto.keys import SigningKey
 from dk.errors import VerificationFailed
 from dk.pol.data import Dataset, load_dataset
-from dk.verifier import verify_bundle
+from dk.verifier import replay_interval, verify_bundle
 from dk.verifier.challenge import derive_challenge, detection_probability, samples_for
-from dk.verifier.verify import replay_interval
 
 BEACON = bytes(range(32))
 
