@@ -114,7 +114,6 @@ class Recorder:
         self._opt: torch.optim.Optimizer | None = None
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
-        self._det = deterministic(1 if self.job.mode in ("exact", "zk") else None)
         self.codec = make_codec(self.job)
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
 
@@ -124,6 +123,12 @@ class Recorder:
         if engine is None and uses_kernels(self.job):
             engine = KernelSession(self.job)
         self.engine = engine
+        # torch computes the steps only without an engine; then exact/zk pin it to one thread
+        # with deterministic algorithms (pinning it otherwise would also cap the kernels'
+        # OpenMP pool, which torch shares).
+        self._det = deterministic(
+            1 if engine is None and self.job.mode in ("exact", "zk") else None
+        )
         self.info = RunInfo(
             job_id=self.job.job_id.hex(),
             data_root=self.dataset.root().hex(),
@@ -192,34 +197,55 @@ class Recorder:
                     f"loader dataset has {len(ds)} samples, the job's has {len(self.dataset)}"
                 )
         self._model, self._opt = model, optimizer
+        self._start()
+        return model, _RecordedOptimizer(optimizer, self), JobLoader(self)
+
+    def start_engine(self) -> None:
+        """Start recording a run that the step engine computes alone (no torch objects).
+
+        Then call :meth:`engine_step` once per step; ``dk train`` does this in exact mode.
+        """
+        if self.engine is None:
+            raise JobMismatch("start_engine() needs a step engine (exact or zk mode)")
+        self._start()
+
+    def engine_step(self) -> None:
+        """One step of the engine on the job's batch for the current step."""
+        self._kernel_step()
+        self._on_step()
+
+    def _start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "run.log.jsonl").write_text("")
         self._det.__enter__()
         self._thread = threading.Thread(target=self._commit_loop, name="dk-commit", daemon=True)
         self._thread.start()
         self._snap(0, 0)
-        return model, _RecordedOptimizer(optimizer, self), JobLoader(self)
 
     # -- recording ---------------------------------------------------------------------
     def _snap(self, index: int, step: int) -> None:
-        assert self._model is not None and self._opt is not None
         if self.engine is not None:
             ck = self.engine.snapshot(step, self.sampler.steps_per_epoch)
         else:
+            assert self._model is not None and self._opt is not None
             ck = snapshot(
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )
         self._put((index, step, ck))
 
     def _kernel_step(self) -> None:
-        """Exact mode on the kernels: advance the NumPy state on this step's batch and mirror
-        the new weights into the user's torch model (its own gradients are not used)."""
-        assert self.engine is not None and self._model is not None
+        """A step engine computes the whole step on this step's batch; the user's torch model
+        shares the engine's weight arrays (re-bound only if the engine replaced them), so it
+        always shows the current weights without a copy. Its own gradients are not used."""
+        assert self.engine is not None
         idx = self.sampler.batch(self.step)
         self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
-        with torch.no_grad():
-            for name, p in self._model.named_parameters():
-                p.copy_(torch.from_numpy(self.engine.params[name]))
+        if self._model is None:
+            return
+        for name, p in self._model.named_parameters():
+            arr = self.engine.params[name]
+            if p.data.data_ptr() != arr.ctypes.data:
+                p.data = torch.from_numpy(arr)
 
     def _put(self, item: Any) -> None:
         while True:
@@ -227,9 +253,9 @@ class Recorder:
                 raise self._error
             try:
                 self._queue.put(item, timeout=0.5)
-                return
             except queue.Full:
                 continue
+            return
 
     def _on_step(self) -> None:
         self.step += 1

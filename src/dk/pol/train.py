@@ -30,15 +30,17 @@ def train_job(
     """
     job = as_job(job)
     dataset = load_dataset(job)
+    rec = Recorder(job, run_dir, dataset=dataset, progress=progress, engine=engine)
+    if rec.engine is not None:  # exact (dk kernels) or zk: the engine computes every step
+        rec.start_engine()
+        for _ in range(job.steps):
+            rec.engine_step()
+        return rec.finish()
     model = build_model(job)
     optimizer = make_optimizer(job, model.parameters())
     loss_fn = make_loss(job, dataset.output_dim)
-    rec = Recorder(job, run_dir, dataset=dataset, progress=progress, engine=engine)
     model, optimizer, loader = rec.attach(model=model, optimizer=optimizer)
     for x, y in loader:
-        if rec.engine is not None:  # a step engine computes the whole step
-            optimizer.step()
-            continue
         optimizer.zero_grad(set_to_none=True)
         loss_fn(model(x), y).backward()
         optimizer.step()
