@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import struct
-from collections.abc import Iterable
 
 DIGEST_SIZE = 32
 
@@ -72,11 +71,6 @@ def f64(x: float) -> bytes:
 def digests_equal(a: bytes, b: bytes) -> bool:
     """Compare two digests in constant time."""
     return hmac.compare_digest(bytes(a), bytes(b))
-
-
-def hexdigest_list(items: Iterable[bytes]) -> list[str]:
-    """Hex-encode each digest (convenience for manifests and reports)."""
-    return [i.hex() for i in items]
 
 
 def parse_hex_digest(value: object, *, what: str = "digest") -> bytes:
