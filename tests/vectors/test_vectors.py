@@ -301,3 +301,19 @@ def test_circuit_regeneration_keeps_the_checked_in_proofs(tmp_path: Path) -> Non
     shutil.copytree(ROOT / "circuits", tmp_path / "circuits")
     circuits.generate(tmp_path)
     assert _same_tree(ROOT / "circuits", tmp_path / "circuits") == []
+
+
+def test_missing_and_unknown_vector_files_fail(tmp_path: Path) -> None:
+    """A checker never passes silently: a missing file and a stray file each fail a case."""
+    import shutil
+
+    from dk.vectors import compress
+
+    shutil.copytree(ROOT / "compress", tmp_path / "compress")
+    (tmp_path / "compress" / "stray.json").write_text('{"cases": []}')
+    victim = sorted((tmp_path / "compress").glob("*.json"))[0]
+    if victim.name == "stray.json":
+        victim = sorted((tmp_path / "compress").glob("*.json"))[1]
+    victim.unlink()
+    bad = {(r.file, r.message) for r in compress.check(tmp_path) if not r.ok}
+    assert bad == {(victim.name, "file missing"), ("stray.json", "no checker for this file")}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,38 @@ def load_cases(path: Path) -> dict[str, Any]:
     if path.stat().st_size > MAX_VECTOR_FILE:
         raise ValueError(f"{path} is larger than {MAX_VECTOR_FILE} bytes")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def run_cases(
+    root: str | Path,
+    area: str,
+    checks: Mapping[str, Callable[[dict[str, Any]], str]],
+    *,
+    checked_elsewhere: tuple[str, ...] = (),
+) -> list[CaseResult]:
+    """Run ``checks[file](case)`` over every case of each file under ``root/area/``.
+
+    A check returns ``""`` when the case holds, else a one-line reason; an exception in a
+    check fails that case only. A missing file, and a ``.json`` file no check knows, are one
+    failed case each.
+    """
+    results: list[CaseResult] = []
+    folder = Path(root) / area
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        if path.name not in checks and path.name not in checked_elsewhere:
+            results.append(CaseResult(area, path.name, 0, False, "no checker for this file"))
+    for name, fn in checks.items():
+        path = Path(root) / area / name
+        if not path.exists():
+            results.append(CaseResult(area, name, 0, False, "file missing"))
+            continue
+        for case in load_cases(path)["cases"]:
+            try:
+                message = fn(case)
+            except Exception as e:  # a crash on one case is a failed case, not an abort
+                message = f"{type(e).__name__}: {e}"
+            results.append(CaseResult(area, name, case["tcId"], not message, message))
+    return results
 
 
 def write_cases(path: Path, feature: str, cases: list[dict[str, Any]], **extra: Any) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from dk.errors import FormatError
-from dk.vectors import CaseResult, load_cases
+from dk.vectors import CaseResult, run_cases
 
 AREA = "circuits"
 NEEDS_EZKL = "needs ezkl (pip install 'dk-pol[zk]'); not checked"
@@ -145,16 +145,5 @@ def check(root: Path) -> list[CaseResult]:
     """
     from dk.vectors.circuit_proofs import check_proofs
 
-    results = []
-    for name, fn in _CHECKS.items():
-        path = Path(root) / AREA / name
-        if not path.exists():
-            results.append(CaseResult(AREA, name, 0, False, "file missing"))
-            continue
-        for case in load_cases(path)["cases"]:
-            try:
-                message = fn(case)
-            except Exception as e:  # a crash on one case is a failed case, not an abort
-                message = f"{type(e).__name__}: {e}"
-            results.append(CaseResult(AREA, name, case["tcId"], not message, message))
+    results = run_cases(root, AREA, _CHECKS, checked_elsewhere=("proofs.json",))
     return results + check_proofs(Path(root) / AREA)

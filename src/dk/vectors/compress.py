@@ -10,7 +10,7 @@ import numpy as np
 from dk.compress import decode, encode, parse_codec
 from dk.compress.reference import rng_reference
 from dk.errors import FormatError
-from dk.vectors import CaseResult, load_cases
+from dk.vectors import CaseResult, run_cases
 
 AREA = "compress"
 
@@ -58,16 +58,4 @@ def check(root: Path) -> list[CaseResult]:
     Returns:
         One :class:`CaseResult` per case.
     """
-    results = []
-    for name, fn in _CHECKS.items():
-        path = Path(root) / AREA / name
-        if not path.exists():
-            results.append(CaseResult(AREA, name, 0, False, "file missing"))
-            continue
-        for case in load_cases(path)["cases"]:
-            try:
-                message = fn(case)
-            except Exception as e:  # a crash on one case is a failed case, not an abort
-                message = f"{type(e).__name__}: {e}"
-            results.append(CaseResult(AREA, name, case["tcId"], not message, message))
-    return results
+    return run_cases(root, AREA, _CHECKS)

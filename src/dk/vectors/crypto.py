@@ -34,7 +34,7 @@ from dk.crypto.stream import (
     uniform_floats,
 )
 from dk.pol.transcript import signing_digest
-from dk.vectors import CaseResult, load_cases
+from dk.vectors import CaseResult, run_cases
 
 Case = dict[str, Any]
 
@@ -252,17 +252,5 @@ CHECKERS: dict[str, Callable[[Case], str]] = {
 
 
 def check(root: Path) -> list[CaseResult]:
-    """Re-derive every case of ``root/crypto/*.json``; unknown files are reported as failures."""
-    results: list[CaseResult] = []
-    for path in sorted((root / "crypto").glob("*.json")):
-        checker = CHECKERS.get(path.name)
-        if checker is None:
-            results.append(CaseResult("crypto", path.name, 0, False, "no checker for this file"))
-            continue
-        for c in load_cases(path)["cases"]:
-            try:
-                msg = checker(c)
-            except Exception as e:  # a broken case is a failed case, never a crash
-                msg = f"{type(e).__name__}: {e}"
-            results.append(CaseResult("crypto", path.name, int(c["tcId"]), not msg, msg))
-    return results
+    """Re-derive every case of ``root/crypto/*.json``; missing and unknown files are failures."""
+    return run_cases(root, "crypto", CHECKERS)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dk.vectors import CaseResult, load_cases
+from dk.vectors import CaseResult, run_cases
 
 AREA = "exact"
 FILE = "replay.json"
@@ -67,14 +67,4 @@ def check(root: Path) -> list[CaseResult]:
     Returns:
         One :class:`CaseResult` per case.
     """
-    path = Path(root) / AREA / FILE
-    if not path.exists():
-        return [CaseResult(AREA, FILE, 0, False, "file missing")]
-    results = []
-    for case in load_cases(path)["cases"]:
-        try:
-            message = _check_case(case)
-        except Exception as e:  # a crash on one case is a failed case, not an abort
-            message = f"{type(e).__name__}: {e}"
-        results.append(CaseResult(AREA, FILE, case["tcId"], not message, message))
-    return results
+    return run_cases(root, AREA, {FILE: _check_case})

@@ -10,7 +10,7 @@ from dk.errors import FormatError
 from dk.market.attest import PyEccBls, attestation_message
 from dk.market.ledger import ZERO_HASH, chain_problem
 from dk.market.requests import parse_request
-from dk.vectors import CaseResult, load_cases
+from dk.vectors import CaseResult, run_cases
 
 AREA = "market"
 
@@ -84,16 +84,4 @@ def check(root: Path) -> list[CaseResult]:
         "events.json": _events_case,
         "attestation.json": lambda c: _attestation_case(c, bls),
     }
-    results = []
-    for name, fn in checks.items():
-        path = Path(root) / AREA / name
-        if not path.exists():
-            results.append(CaseResult(AREA, name, 0, False, "file missing"))
-            continue
-        for case in load_cases(path)["cases"]:
-            try:
-                message = fn(case)
-            except Exception as e:  # a crash on one case is a failed case, not an abort
-                message = f"{type(e).__name__}: {e}"
-            results.append(CaseResult(AREA, name, case["tcId"], not message, message))
-    return results
+    return run_cases(root, AREA, checks)

@@ -39,7 +39,7 @@ from dk.pol.transcript import (
     transcript_leaves,
     transcript_root,
 )
-from dk.vectors import CaseResult, load_cases
+from dk.vectors import CaseResult, run_cases
 from dk.verifier.challenge import (
     challenge_seed,
     derive_challenge,
@@ -298,17 +298,7 @@ CHECKERS: dict[str, Callable[[Case, Path], str]] = {
 
 
 def check(root: Path) -> list[CaseResult]:
-    """Re-derive every case of ``root/pol/*.json``; unknown files are reported as failures."""
-    results: list[CaseResult] = []
-    for path in sorted((root / "pol").glob("*.json")):
-        checker = CHECKERS.get(path.name)
-        if checker is None:
-            results.append(CaseResult("pol", path.name, 0, False, "no checker for this file"))
-            continue
-        for c in load_cases(path)["cases"]:
-            try:
-                msg = checker(c, root)
-            except Exception as e:  # a broken case is a failed case, never a crash
-                msg = f"{type(e).__name__}: {e}"
-            results.append(CaseResult("pol", path.name, int(c["tcId"]), not msg, msg))
-    return results
+    """Re-derive every case of ``root/pol/*.json``; missing and unknown files are failures."""
+    return run_cases(
+        root, "pol", {name: (lambda c, fn=fn: fn(c, root)) for name, fn in CHECKERS.items()}
+    )
