@@ -23,6 +23,7 @@ from dk.market import fields
 from dk.market.config import Context
 from dk.market.errors import MarketRefused
 from dk.market.ledger import Tx
+from dk.market.orders import load_order
 from dk.market.requests import SignedRequest
 
 TAG_ATTEST = "dk/v1/market/attestation"
@@ -181,11 +182,7 @@ def attest(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     sig = _hex(req.params, "signature", SIG_SIZE)
     if not tx.one("SELECT 1 FROM validators WHERE account = ?", (req.account,)):
         raise MarketRefused("NOT_VALIDATOR", "the signer is not a registered validator")
-    order = tx.one("SELECT state, report_digest FROM orders WHERE order_id = ?", (order_id,))
-    if order is None:
-        raise MarketRefused("UNKNOWN_ORDER", f"no order {order_id}")
-    if order["state"] != "verified":
-        raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not verified")
+    order = load_order(tx, order_id, state="verified")
     if digest != order["report_digest"]:
         raise MarketRefused("DIGEST_MISMATCH", "the validator's report differs from the market's")
     if tx.one(

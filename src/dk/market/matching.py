@@ -17,7 +17,7 @@ from dk.market.accounts import acct
 from dk.market.config import Context
 from dk.market.errors import MarketRefused
 from dk.market.ledger import Tx
-from dk.market.orders import escrow, stake
+from dk.market.orders import escrow, load_order, stake
 from dk.market.requests import SignedRequest
 
 
@@ -110,15 +110,7 @@ def match(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     """
     fields.only(req.params, {"order_id"})
     order_id = fields.object_id(req.params, "order_id", "o")
-    order = tx.one("SELECT * FROM orders WHERE order_id = ?", (order_id,))
-    if order is None:
-        raise MarketRefused("UNKNOWN_ORDER", f"no order {order_id}")
-    if order["consumer"] != req.account:
-        raise MarketRefused("NOT_OWNER", f"{order_id} belongs to another account")
-    if order["state"] != "open":
-        raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not open")
-    if now >= order["deadline"]:
-        raise MarketRefused("DEADLINE_PASSED", f"{order_id} expired at {order['deadline']}")
+    order = load_order(tx, order_id, state="open", account=req.account, now=now)
     bid = best_bid(tx.con, order)
     if bid is None:
         raise MarketRefused("NO_MATCH", f"no bid meets every condition of {order_id}")

@@ -7,6 +7,7 @@ An order locks its ``max_price`` in ``escrow:<order>`` when placed; a bid locks
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from dk.market import fields
 from dk.market.accounts import acct
@@ -98,6 +99,36 @@ def place_bid(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     tx.data = {"bid_id": bid_id}
 
 
+def load_order(
+    tx: Tx,
+    order_id: str,
+    *,
+    state: str,
+    account: str | None = None,
+    role: str = "consumer",
+    now: int | None = None,
+) -> Any:
+    """An order row, refused unless it exists, is in ``state``, belongs to ``account`` in
+    ``role`` (``consumer`` or ``worker``) and, with ``now``, is before its deadline.
+
+    Raises:
+        MarketRefused: ``UNKNOWN_ORDER``, ``NOT_OWNER``, ``BAD_STATE``, ``DEADLINE_PASSED``.
+    """
+    order = tx.one("SELECT * FROM orders WHERE order_id = ?", (order_id,))
+    if order is None:
+        raise MarketRefused("UNKNOWN_ORDER", f"no order {order_id}")
+    if account is not None and order[role] != account:
+        whose = (
+            "belongs to another account" if role == "consumer" else "was matched to another worker"
+        )
+        raise MarketRefused("NOT_OWNER", f"{order_id} {whose}")
+    if order["state"] != state:
+        raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not {state}")
+    if now is not None and now >= order["deadline"]:
+        raise MarketRefused("DEADLINE_PASSED", f"{order_id} expired at {order['deadline']}")
+    return order
+
+
 def cancel_order(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     """Cancel one of the signer's open orders and refund its escrow.
 
@@ -106,13 +137,7 @@ def cancel_order(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     """
     fields.only(req.params, {"order_id"})
     order_id = fields.object_id(req.params, "order_id", "o")
-    row = tx.one("SELECT consumer, state FROM orders WHERE order_id = ?", (order_id,))
-    if row is None:
-        raise MarketRefused("UNKNOWN_ORDER", f"no order {order_id}")
-    if row["consumer"] != req.account:
-        raise MarketRefused("NOT_OWNER", f"{order_id} belongs to another account")
-    if row["state"] != "open":
-        raise MarketRefused("BAD_STATE", f"{order_id} is {row['state']}, not open")
+    load_order(tx, order_id, state="open", account=req.account)
     refund = tx.amount(escrow(order_id))
     tx.exec(
         "UPDATE orders SET state = 'cancelled', outcome = 'cancelled' WHERE order_id = ?",

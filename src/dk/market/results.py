@@ -20,7 +20,7 @@ from dk.market.accounts import acct
 from dk.market.config import Context
 from dk.market.errors import MarketRefused
 from dk.market.ledger import Tx
-from dk.market.orders import escrow, stake
+from dk.market.orders import escrow, load_order, stake
 from dk.market.requests import SignedRequest
 
 TAG_MANIFEST = "dk/v1/market/manifest"
@@ -88,15 +88,7 @@ def submit(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
         "manifest_digest": fields.digest_hex(req.params, "manifest_digest"),
         "submit_seq": tx.seq,
     }
-    order = tx.one("SELECT * FROM orders WHERE order_id = ?", (order_id,))
-    if order is None:
-        raise MarketRefused("UNKNOWN_ORDER", f"no order {order_id}")
-    if order["worker"] != req.account:
-        raise MarketRefused("NOT_OWNER", f"{order_id} was matched to another worker")
-    if order["state"] != "matched":
-        raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not matched")
-    if now >= order["deadline"]:
-        raise MarketRefused("DEADLINE_PASSED", f"{order_id} expired at {order['deadline']}")
+    load_order(tx, order_id, state="matched", account=req.account, role="worker", now=now)
     tx.exec(
         "UPDATE orders SET state = 'submitted', commitment = ? WHERE order_id = ?",
         (json.dumps(commitment, sort_keys=True), order_id),
