@@ -346,6 +346,7 @@ def _verify(
     rep.figures["integrity"] = integrity
     rep.figures["checkpoints_checked"] = len(fetch)
     held: dict[int, dict[str, np.ndarray]] = {}
+    zk_digests: dict[int, str] = {}
     prev: Mapping[str, np.ndarray] | None = None
     hp = hparam_tensors(job)
     nbytes = 0
@@ -401,7 +402,7 @@ def _verify(
                     j - 1,
                 )
                 raise _Reject
-        if circ is not None and not zk.digest_matches(circ, tensors):
+        if circ is not None and (zk_digest := zk.checkpoint_digest(circ, tensors)) is None:
             rep.fail(
                 "zk",
                 Reason.ZK_INSTANCE_MISMATCH,
@@ -410,6 +411,8 @@ def _verify(
             raise _Reject
         if j in needed:
             held[j] = tensors
+            if circ is not None:
+                zk_digests[j] = zk_digest
         prev = tensors
     rep.figures["bytes_read"] = nbytes
     rep.passed("blobs")
@@ -421,7 +424,7 @@ def _verify(
         rep.checks["replay"] = "skip"
         return
     if circ is not None:
-        zk.verify_proofs(rep, bundle, circ, m, chal, held, sampler, ds)
+        zk.verify_proofs(rep, bundle, circ, m, chal, zk_digests, sampler, ds)
         return
     from dk.verifier.replay import replay_challenged
 

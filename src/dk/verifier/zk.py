@@ -47,12 +47,14 @@ def init_extra(job: Any, circ: Any) -> dict[str, np.ndarray]:
     return zk_init_extra(job, circ)
 
 
-def digest_matches(circ: Any, tensors: Mapping[str, np.ndarray]) -> bool:
-    """True iff a checkpoint's ``zk/params_digest`` is the digest of its own weights."""
-    from dk.circuits.session import digest_bytes
+def checkpoint_digest(circ: Any, tensors: Mapping[str, np.ndarray]) -> str | None:
+    """The digest of a checkpoint's weights (as ``circ.params_digest`` spells it), or None
+    if its committed ``zk/params_digest`` is not that digest."""
     from dk.pol.checkpoint import model_tensors
 
-    return bytes(tensors[ZK_DIGEST_KEY]) == bytes(digest_bytes(circ, model_tensors(tensors)))
+    digest = circ.params_digest(model_tensors(tensors))
+    committed = bytes(tensors[ZK_DIGEST_KEY])
+    return digest if bytes.fromhex(digest.removeprefix("0x")) == committed else None
 
 
 def proof_index(m: dict[str, Any]) -> dict[int, str]:
@@ -76,7 +78,7 @@ def verify_proofs(
     circ: Any,
     m: dict[str, Any],
     chal: list[int],
-    held: dict[int, dict[str, np.ndarray]],
+    digests: dict[int, str],
     sampler: Any,
     dataset: Any,
 ) -> None:
@@ -107,11 +109,7 @@ def verify_proofs(
         for t in range(a, b):
             idx = sampler.batch(t)
             batches.append((dataset.X[idx], dataset.y[idx]))
-        start = bytes(held[i][ZK_DIGEST_KEY]).hex()
-        end = bytes(held[i + 1][ZK_DIGEST_KEY]).hex()
-        res = verify_interval(
-            circ, records, _as_digest(circ, start), _as_digest(circ, end), batches
-        )
+        res = verify_interval(circ, records, digests[i], digests[i + 1], batches)
         for flag in res.flags:
             if flag not in rep.flags:
                 rep.flags.append(flag)
@@ -121,11 +119,3 @@ def verify_proofs(
         steps += b - a
     rep.figures["proven_steps_checked"] = steps
     rep.passed("zk")
-
-
-def _as_digest(circ: Any, hex32: str) -> str:
-    """The digest string form ``circ.params_digest`` uses (same bytes)."""
-    probe = circ.params_digest(
-        {k: np.zeros(s, np.float32) for k, s in circ.spec.param_shapes().items()}
-    )
-    return ("0x" + hex32) if probe.startswith("0x") else hex32
