@@ -15,6 +15,7 @@ from __future__ import annotations
 import filecmp
 import hashlib
 import json
+import math
 import struct
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ FOUNDATION = ("crypto", "pol", "bundle")
 # Golden values of transcript format v1. Changing any of them is a format change.
 GOLDEN_STREAM_SHA256 = "9b82b8e9f699ed9f664b2963ecde631c9585a6bfe33e8aed6d5ba99a153d6b9d"
 GOLDEN_STREAM_ROOT = "f891b8507fe7c7620f90a9ec5c6e46ad12a80d533df4e969670822ef83ce7a3b"
-GOLDEN_HONEST_MANIFEST_SHA256 = "8d0207c3f9e82bd3ebaf236c9bb182f9a83cedcfd51bd02a3534f03f5322a864"
+GOLDEN_HONEST_MANIFEST_SHA256 = "22e3524709d825c3bb6e336e2ea4dfc8970adb20fe24bb627051b70b5862ac72"
 
 
 def _cases(path: Path) -> list[dict[str, Any]]:
@@ -212,6 +213,34 @@ def test_golden_honest_manifest() -> None:
     man = parse_manifest(data)
     assert man.to_bytes() == data  # canonical JSON
     assert transcript_root(man.raw) == man.transcript_root
+
+
+def _fold(values: list[float]) -> float:
+    """SPEC §1.4 from the text: add the last floor(n/2) terms onto the first, until one is left."""
+    v, n = list(values), len(values)
+    while n > 1:
+        h = n // 2
+        for i in range(h):
+            v[i] += v[n - h + i]
+        n -= h
+    return v[0] if v else 0.0
+
+
+def test_independent_update_norms_of_the_honest_bundle() -> None:
+    """Every claimed update norm, recomputed from the blobs without dk (SPEC §1.4, §11.1)."""
+    from safetensors.numpy import load_file
+
+    bundle = ROOT / "bundle" / "honest"
+    man = json.loads((bundle / "manifest.json").read_bytes())
+    blobs = [load_file(bundle / ck["blob"]) for ck in man["checkpoints"]]
+    for iv in man["intervals"]:
+        a, b = blobs[iv["index"]], blobs[iv["index"] + 1]
+        squares = [
+            (y - x) * (y - x)
+            for k in sorted(n for n in a if n.startswith("model/"))
+            for x, y in zip(a[k].ravel().tolist(), b[k].ravel().tolist(), strict=True)
+        ]
+        assert math.sqrt(_fold(squares)).hex() == float(iv["update_norm"]).hex(), iv["index"]
 
 
 # --- reproducible generation ----------------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from dk.crypto.encoding import tensors_root
+from dk.crypto.numeric import model_update_norm
 from dk.errors import FormatError
 from dk.pol.models import init_params, param_specs
 
@@ -133,13 +134,12 @@ def model_tensors(ck: Mapping[str, np.ndarray]) -> Tensors:
 
 
 def update_norm(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float:
-    """L2 norm (float64) of ``b - a`` over the model weights of two checkpoints."""
-    total = 0.0
-    for k in sorted(a):  # fixed order: the float64 sum must not depend on dict order
-        if k.startswith("model/"):
-            d = np.asarray(b[k], dtype=np.float64) - np.asarray(a[k], dtype=np.float64)
-            total += float(np.dot(d.ravel(), d.ravel()))
-    return float(np.sqrt(total))
+    """L2 norm (binary64) of ``b - a`` over the model weights of two checkpoints (SPEC §11.1).
+
+    Computed as the fold sum of SPEC §1.4, never a BLAS dot product, so the transcript leaf
+    holding it has the same bits on every machine.
+    """
+    return model_update_norm(a, b)
 
 
 def checkpoint_root(ck: Mapping[str, np.ndarray]) -> bytes:

@@ -6,11 +6,13 @@ loss, data, sampler), never from the bundle; the bundle only supplies the start 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from dk.crypto.numeric import fold_sum_inplace
 from dk.pol.checkpoint import Tensors, model_tensors
 from dk.pol.data import Dataset
 from dk.pol.job import JobSpec
@@ -106,12 +108,13 @@ def distances(
     )
     upd_c, upd_r, diff = c - a, r - a, c - r
     tiny = np.finfo(np.float64).tiny
-    nc, nr = float(np.linalg.norm(upd_c)), float(np.linalg.norm(upd_r))
+    # SPEC §1.4: fixed-order sums, so the verdict l2 <= tolerance is the same on every machine.
+    nc, nr = (math.sqrt(fold_sum_inplace(u * u)) for u in (upd_c, upd_r))
     return {
-        "l2": float(np.linalg.norm(diff)) / max(nc, tiny),
+        "l2": math.sqrt(fold_sum_inplace(diff * diff)) / max(nc, tiny),
         "linf": float(np.max(np.abs(diff), initial=0.0))
         / max(float(np.max(np.abs(upd_c), initial=0.0)), tiny),
-        "cosine": float(np.dot(upd_c, upd_r)) / max(nc * nr, tiny),
+        "cosine": fold_sum_inplace(upd_c * upd_r) / max(nc * nr, tiny),
     }
 
 
