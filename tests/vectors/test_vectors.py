@@ -31,7 +31,7 @@ FOUNDATION = ("crypto", "pol", "bundle")
 # Golden values of transcript format v1. Changing any of them is a format change.
 GOLDEN_STREAM_SHA256 = "9b82b8e9f699ed9f664b2963ecde631c9585a6bfe33e8aed6d5ba99a153d6b9d"
 GOLDEN_STREAM_ROOT = "f891b8507fe7c7620f90a9ec5c6e46ad12a80d533df4e969670822ef83ce7a3b"
-GOLDEN_HONEST_MANIFEST_SHA256 = "22e3524709d825c3bb6e336e2ea4dfc8970adb20fe24bb627051b70b5862ac72"
+GOLDEN_HONEST_MANIFEST_SHA256 = "7c7ca704d077908c2b397ff05d452587982a3c252619f27fa80a26f2ebaed918"
 
 
 def _cases(path: Path) -> list[dict[str, Any]]:
