@@ -30,7 +30,7 @@ FOUNDATION = ("crypto", "pol", "bundle")
 # Golden values of transcript format v1. Changing any of them is a format change.
 GOLDEN_STREAM_SHA256 = "9b82b8e9f699ed9f664b2963ecde631c9585a6bfe33e8aed6d5ba99a153d6b9d"
 GOLDEN_STREAM_ROOT = "f891b8507fe7c7620f90a9ec5c6e46ad12a80d533df4e969670822ef83ce7a3b"
-GOLDEN_HONEST_MANIFEST_SHA256 = "8d0207c3f9e82bd3ebaf236c9bb182f9a83cedcfd51bd02a3534f03f5322a864"
+GOLDEN_HONEST_MANIFEST_SHA256 = "dd4c822aecb59404d6df217a8f56a327ec683d96610cda4fecbd7be9640d1be9"
 
 
 def _cases(path: Path) -> list[dict[str, Any]]:

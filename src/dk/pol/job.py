@@ -22,8 +22,9 @@ from typing import Any
 from dk.crypto.canonical_json import canonical_json
 from dk.crypto.hashing import TAG_JOB, tagged_hash
 from dk.errors import FormatError
+from dk.pol.data.spec import normalize_data
 
-JOB_VERSION = 1
+JOB_VERSION = 2  # 2: [data] kind and per-kind fields, chunked data root (SPEC §6, §7)
 MAX_JOB_BYTES = 64 * 1024
 MAX_STEPS = 10_000_000
 MAX_WIDTH = 1 << 16
@@ -33,7 +34,6 @@ ACTIVATIONS = ("relu", "gelu")
 OPTIMIZERS = ("sgd", "adam")
 LOSSES = ("cross_entropy", "mse")
 MODES = ("exact", "tolerant", "zk")
-DATASETS = ("digits", "npz")
 
 _HEX64 = frozenset("0123456789abcdef")
 
@@ -42,7 +42,7 @@ _DEFAULTS: dict[str, Any] = {
     "name": "job",
     "seed": 0,
     "model": {"arch": "mlp", "hidden": [64], "activation": "relu"},
-    "data": {"dataset": "digits"},
+    "data": {"kind": "digits"},
     "train": {
         "optimizer": "sgd",
         "lr": 0.05,
@@ -108,7 +108,7 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[
     for k, v in given.items():
         if (
             k not in defaults
-            and not (where == "data" and k in ("path", "root"))
+            and where != "data"  # [data] is checked by normalize_data
             and not (where == "model" and k in ("input_dim", "output_dim", "input_shape"))
             and not (where == "pol" and k == "init_root")
         ):
@@ -180,11 +180,7 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     ):
         raise _fail("cnn input height and width must be divisible by 4")
 
-    d = job["data"]
-    _choice(d, "dataset", DATASETS)
-    if d["dataset"] == "npz" and not d.get("path"):
-        raise _fail("data.path is required for dataset = 'npz'")
-    d["root"] = _hex_or_empty(d, "root")
+    job["data"] = normalize_data(raw.get("data", {}))
 
     t = job["train"]
     _choice(t, "optimizer", OPTIMIZERS)
@@ -343,7 +339,7 @@ class JobSpec:
         return [min(j * k, self.steps) for j in range(self.num_intervals + 1)]
 
     def data_path(self) -> Path | None:
-        """Resolved path of an ``npz`` dataset."""
+        """Resolved ``data.path`` (a file or directory, relative to the job file)."""
         p = self.data.get("path")
         return (self.base_dir / p) if p else None
 
