@@ -24,7 +24,7 @@ from dk.pol.data.base import MAX_SAMPLES, Dataset, Stacked, check_labels_targets
 MAX_NPZ_BYTES = 2 * 1024**3
 MAX_SHARDS = 100_000
 MAX_ST_HEADER = 16 * 1024 * 1024
-_ST_DTYPES = {"F32": np.dtype("<f4"), "I64": np.dtype("<i8")}
+_ST_DTYPES: dict[str, np.dtype[Any]] = {"F32": np.dtype("<f4"), "I64": np.dtype("<i8")}
 
 
 @lru_cache(maxsize=1)
@@ -159,7 +159,9 @@ def load_shards(root: Path) -> Dataset:
     """
     root = Path(root)
     fmt, shards = _shard_files(root)
-    xs, ys, files = [], [], []
+    xs: list[np.ndarray] = []
+    ys: list[np.ndarray] = []
+    files: list[Path] = []
     for s in shards:
         if fmt == "safetensors":
             X, y = _safetensors(s)

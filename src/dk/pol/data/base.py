@@ -34,12 +34,13 @@ def _le(a: np.ndarray) -> np.ndarray:
 
 def _payload(col: Any) -> Iterable[Buffer]:
     if hasattr(col, "segments"):
-        return col.segments()
+        segs: Iterable[Buffer] = col.segments()
+        return segs
     return [_le(np.asarray(col))]
 
 
 def _row_bytes(col: Any) -> int:
-    return int(np.prod(col.shape[1:], dtype=np.int64)) * np.dtype(col.dtype).itemsize
+    return int(np.prod(col.shape[1:], dtype=np.int64)) * int(np.dtype(col.dtype).itemsize)
 
 
 class Dataset:
@@ -60,7 +61,8 @@ class Dataset:
         self._root: bytes | None = None
 
     def __len__(self) -> int:
-        return int(self.X.shape[0])
+        n: int = int(self.X.shape[0])
+        return n
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n={len(self)}, x={self.sample_shape}, kind={self.kind})"
@@ -165,7 +167,7 @@ class Stacked:
         self._starts = np.cumsum([0] + [int(p.shape[0]) for p in self.parts])
 
     def __len__(self) -> int:
-        return self.shape[0]
+        return int(self.shape[0])
 
     def segments(self) -> list[Buffer]:
         """The rows' bytes, block by block (no copy for little-endian C-order blocks)."""

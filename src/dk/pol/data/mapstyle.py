@@ -61,7 +61,7 @@ class _MapColumn:
         if isinstance(key, slice):
             key = np.arange(*key.indices(self.shape[0]))
         idx = np.asarray(key, dtype=np.int64)
-        rows = [self.row(i) for i in idx.reshape(-1)]
+        rows = [self.row(int(i)) for i in idx.reshape(-1)]
         out = np.stack(rows) if rows else np.empty((0, *self.shape[1:]), self.dtype)
         return out.reshape(*idx.shape, *self.shape[1:])
 
@@ -85,6 +85,8 @@ class MapDataset(Dataset):
         x0, y0 = _to_numpy(first[0]), _to_numpy(first[1])
         if not np.issubdtype(x0.dtype, np.floating) or x0.ndim < 1:
             raise FormatError("map-style dataset: x must be a float array of rank >= 1")
+        ydt: np.dtype[Any]
+        yshape: tuple[int, ...]
         if np.issubdtype(y0.dtype, np.integer) and y0.ndim == 0:
             ydt, yshape = np.dtype(np.int64), ()
         elif np.issubdtype(y0.dtype, np.floating):

@@ -45,13 +45,12 @@ def stream_prefix(meta: dict[str, Any]) -> bytes:
 def as_bytes_view(buf: Buffer) -> memoryview:
     """A flat byte view of a buffer (a C-contiguous array or a bytes-like), without copying."""
     if isinstance(buf, np.ndarray):
-        if not buf.flags.c_contiguous:
-            buf = np.ascontiguousarray(buf)
-        buf = buf.reshape(-1).view(np.uint8)
+        flat = np.ascontiguousarray(buf).reshape(-1).view(np.uint8)
+        return memoryview(flat.data).cast("B")
     return memoryview(buf).cast("B")
 
 
-def iter_chunks(segments: Iterable[Buffer], size: int = CHUNK_SIZE) -> Iterator[Buffer]:
+def iter_chunks(segments: Iterable[Buffer], size: int = CHUNK_SIZE) -> Iterator[bytes | memoryview]:
     """Consecutive ``size``-byte chunks of the concatenated segments (the last one shorter).
 
     Whole chunks inside one segment are zero-copy slices; a chunk that straddles segments is
@@ -77,7 +76,7 @@ def iter_chunks(segments: Iterable[Buffer], size: int = CHUNK_SIZE) -> Iterator[
         yield bytes(pending)
 
 
-def _hash_leaves(chunks: list[Buffer]) -> list[bytes]:
+def _hash_leaves(chunks: list[bytes | memoryview]) -> list[bytes]:
     base = tagged_hasher(TAG_LEAF)
     out = []
     for c in chunks:
@@ -99,7 +98,7 @@ def stream_root(segments: Iterable[Buffer], *, threads: int | None = None) -> by
     """Merkle root over the 64 KiB chunks of the concatenated segments (SPEC §7.1)."""
     n = default_threads() if threads is None else max(1, threads)
     leaves: list[bytes] = []
-    window: list[Buffer] = []
+    window: list[bytes | memoryview] = []
     pool = ThreadPoolExecutor(n) if n > 1 else None
     try:
 

@@ -19,7 +19,7 @@ from dk.errors import FormatError
 from dk.pol.data.base import MAX_SAMPLES, Dataset
 from dk.pol.data.stream import Buffer
 
-TOKEN_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+TOKEN_DTYPES: dict[str, np.dtype[Any]] = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 MAX_SEQ_LEN = 1 << 20
 
 
@@ -42,7 +42,8 @@ class Windows:
         if idx.size and (idx.min() < 0 or idx.max() >= self.shape[0]):
             raise IndexError(f"token window out of range for {self.shape[0]} samples")
         start = idx[..., None] * self.seq_len + self.shift
-        return self.tokens[start + np.arange(self.seq_len)].astype(np.int64)
+        out: np.ndarray = self.tokens[start + np.arange(self.seq_len)].astype(np.int64)
+        return out
 
 
 class TokenDataset(Dataset):
