@@ -30,7 +30,7 @@ FOUNDATION = ("crypto", "pol", "bundle")
 # Golden values of transcript format v1 (jobs version 2). Changing any of them is a format change.
 GOLDEN_STREAM_SHA256 = "9b82b8e9f699ed9f664b2963ecde631c9585a6bfe33e8aed6d5ba99a153d6b9d"
 GOLDEN_STREAM_ROOT = "f891b8507fe7c7620f90a9ec5c6e46ad12a80d533df4e969670822ef83ce7a3b"
-GOLDEN_HONEST_MANIFEST_SHA256 = "2533a5fc534b12f571c00719acbcbb440df67d4b2e8dd0138005dd18ab15538f"
+GOLDEN_HONEST_MANIFEST_SHA256 = "6eab3e815065a06d115fa227e4c6c23f0e07c10d2279e5fd2db9b8be9d5575a2"
 
 
 def _cases(path: Path) -> list[dict[str, Any]]:

@@ -22,7 +22,10 @@ from typing import Any
 from dk.crypto.canonical_json import canonical_json
 from dk.crypto.hashing import TAG_JOB, tagged_hash
 from dk.errors import FormatError
+from dk.pol.data.spec import normalize_data
 
+# 2: [data] kind and per-kind fields, chunked data root; model files and entry points,
+# [init], schedules, clipping, accumulation, augmentation, device and precision (SPEC §6-§10)
 JOB_VERSION = 2
 MAX_JOB_BYTES = 64 * 1024
 MAX_STEPS = 10_000_000
@@ -39,7 +42,6 @@ INIT_METHODS = ("dk", "seeded", "file")
 MODEL_SOURCE_KEYS = ("source", "factory", "kwargs", "source_sha256")
 MODEL_ENTRY_KEYS = ("entry", "distribution", "dist_version", "module_sha256", "kwargs")
 MODES = ("exact", "tolerant", "zk")
-DATASETS = ("digits", "npz")
 
 _HEX64 = frozenset("0123456789abcdef")
 
@@ -48,7 +50,7 @@ _DEFAULTS: dict[str, Any] = {
     "name": "job",
     "seed": 0,
     "model": {"arch": "mlp", "hidden": [64], "activation": "relu"},
-    "data": {"dataset": "digits"},
+    "data": {"kind": "digits"},
     "train": {
         "optimizer": "sgd",
         "lr": 0.05,
@@ -127,7 +129,7 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[
     for k, v in given.items():
         if (
             k not in defaults
-            and not (where == "data" and k in ("path", "root"))
+            and where != "data"  # [data] is checked by normalize_data
             and not (
                 where == "model"
                 and k
@@ -217,11 +219,7 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     if m["arch"] != "custom":
         _check_registry_model(m, given_hidden)
 
-    d = job["data"]
-    _choice(d, "dataset", DATASETS)
-    if d["dataset"] == "npz" and not d.get("path"):
-        raise _fail("data.path is required for dataset = 'npz'")
-    d["root"] = _hex_or_empty(d, "root")
+    job["data"] = normalize_data(raw.get("data", {}))
 
     t = job["train"]
     _choice(t, "optimizer", OPTIMIZERS)
@@ -587,7 +585,7 @@ class JobSpec:
         return [min(j * k, self.steps) for j in range(self.num_intervals + 1)]
 
     def data_path(self) -> Path | None:
-        """Resolved path of an ``npz`` dataset."""
+        """Resolved ``data.path`` (a file or directory, relative to the job file)."""
         p = self.data.get("path")
         return (self.base_dir / p) if p else None
 

@@ -45,7 +45,7 @@ def default_job(
         "name": name or f"{dataset}-{arch}",
         "seed": seed,
         "model": {"arch": arch},
-        "data": {"dataset": dataset},
+        "data": {"kind": dataset},
         "train": {"optimizer": optimizer, "loss": loss, "steps": steps, "batch_size": batch_size},
         "pol": {"interval": interval, "mode": mode},
     }
@@ -53,6 +53,10 @@ def default_job(
         raw["model"]["hidden"] = hidden
     if data_path:
         raw["data"]["path"] = data_path
+    if dataset == "images":  # SPEC §7.4: the job names the decoder; default: this machine's
+        from dk.pol.data.images import installed_decoder
+
+        raw["data"]["decoder"] = installed_decoder()
     if mode == "zk":
         raw["train"]["momentum"] = 0.0
     if lr is not None:
