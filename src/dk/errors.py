@@ -37,3 +37,7 @@ class BackendUnavailable(DkError, ImportError):
 
 class EscrowStateError(DkError):
     """A market operation that the current escrow/order state does not allow."""
+
+
+class JobMismatch(DkError, ValueError):
+    """A user's model, optimizer, schedule, data or loop is not the job's (Recorder)."""

@@ -434,10 +434,16 @@ def verify(
 @click.option(
     "--threads", default="1,2", show_default=True, help="Replay thread counts, comma-separated."
 )
+@click.option(
+    "--devices", default="cpu", show_default=True, help="Devices to compare, e.g. 'cuda,cpu'."
+)
+@click.option("--force", is_flag=True, help="Recommend even if a cheat lands inside.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def calibrate(app: App, job_file: str, intervals: int, threads: str, as_json: bool) -> None:
-    """Measure honest replay error of JOB_FILE across thread counts and recommend a tolerance."""
+def calibrate(
+    app: App, job_file: str, intervals: int, threads: str, devices: str, force: bool, as_json: bool
+) -> None:
+    """Measure honest replay error of JOB_FILE, the cheats' distances, and recommend a tolerance."""
     from dk.pol.calibrate import calibrate as run
     from dk.pol.job import load_job
 
@@ -447,16 +453,20 @@ def calibrate(app: App, job_file: str, intervals: int, threads: str, as_json: bo
         raise click.BadParameter("comma-separated integers", param_hint="--threads") from None
     if min(counts) < 1:
         raise click.BadParameter("thread counts must be positive", param_hint="--threads")
-    cal = run(load_job(job_file), intervals=intervals, replay_threads=counts)
+    devs = tuple(d.strip() for d in devices.split(",") if d.strip())
+    cal = run(
+        load_job(job_file), intervals=intervals, replay_threads=counts, devices=devs, force=force
+    )
     if as_json:
         app.emit_json(cal.to_dict())
         return
     from rich.table import Table
 
-    t = Table("interval", "threads", "l2", "linf", "cosine", box=None)
+    t = Table("interval", "device", "threads", "l2", "linf", "cosine", box=None)
     for r in cal.rows:
         t.add_row(
             str(r["interval"]),
+            r["device"],
             str(r["threads"]),
             f"{r['l2']:.3e}",
             f"{r['linf']:.3e}",
@@ -467,6 +477,10 @@ def calibrate(app: App, job_file: str, intervals: int, threads: str, as_json: bo
         f"largest honest l2 distance {cal.max_l2:.3e}; "
         f"recommended tolerance {cal.recommended_tolerance:.3e}"
     )
+    for name, d in cal.cheats.items():
+        app.print(f"cheat {name}: distance {d:.3e}", markup=False)
+    if cal.note:
+        app.print(f"FORCED: {cal.note}", markup=False)
 
 
 @click.group(short_help="Check the test vectors")

@@ -26,24 +26,32 @@ class Replayer:
     supplies weights and optimizer state, which :meth:`run` loads afresh each time.
     """
 
-    def __init__(self, job: JobSpec, dataset: Dataset, *, threads: int | None = 1) -> None:
+    def __init__(
+        self,
+        job: JobSpec,
+        dataset: Dataset,
+        *,
+        threads: int | None = 1,
+        device: str | None = None,
+    ) -> None:
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
-        from dk.pol.models import build_torch_model
-        from dk.pol.torch_adapter import make_loss, make_optimizer
+        from dk.pol.models import build_fresh
+        from dk.pol.torch_adapter import make_loss, make_optimizer, replay_device
 
         self.job, self.dataset, self.threads = job, dataset, threads
         self.sampler = job_sampler(job, len(dataset))
         self.kernels = KernelSession(job) if uses_kernels(job) else None
-        self.model = build_torch_model(job.model)
+        self.device = replay_device(job, device)
+        self.model = build_fresh(job).to(self.device)
         self.optimizer = make_optimizer(job, self.model.parameters())
-        self.loss_fn = make_loss(job, dataset.output_dim)
+        self.loss_fn = make_loss(job, getattr(dataset, "output_dim", None))
 
     def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
         """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
         from dk.pol.torch_adapter import (
-            batch_tensors,
             compress_hook,
             deterministic,
+            job_batch,
             make_codec,
             restore,
             snapshot,
@@ -60,9 +68,20 @@ class Replayer:
         hook = compress_hook(codec)
         with deterministic(self.threads):
             restore(start, self.model, self.optimizer, self.job, codec)
+            self.model.train()
             for t in range(start_step, end_step):
-                x, y = batch_tensors(self.dataset, self.sampler.batch(t))
-                train_step(self.model, self.optimizer, self.loss_fn, x, y, hook)
+                x, y = job_batch(self.job, self.dataset, self.sampler, t)
+                train_step(
+                    self.model,
+                    self.optimizer,
+                    self.loss_fn,
+                    x,
+                    y,
+                    hook,
+                    job=self.job,
+                    step=t,
+                    device=self.device,
+                )
             return snapshot(
                 self.model, self.optimizer, self.job, end_step, self.sampler.steps_per_epoch, codec
             )
