@@ -75,7 +75,9 @@ class Market:
         hook: Callable[[str], None] | None = None,
         durable: bool = False,
     ) -> None:
-        if not Path(path).is_file():
+        from dk.market.store import is_url
+
+        if not is_url(path) and not Path(path).is_file():
             raise MarketRefused("NOT_INITIALISED", f"{path} holds no market (run init)")
         self.ledger = Ledger(path, durable=durable, hook=hook)
         genesis = self.ledger.genesis()
