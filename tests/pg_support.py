@@ -59,11 +59,9 @@ def postgres_server() -> Iterator[str]:
         capture_output=True,
     )
     opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {base} -c fsync=off"
+    pg_ctl = [str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(base / "log")]
     subprocess.run(
-        _as_postgres(
-            [str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(base / "log"), "-w"]
-            + ["start"]
-        ),
+        _as_postgres([*pg_ctl, "-w", "start"]),
         check=True,
         capture_output=True,
     )
