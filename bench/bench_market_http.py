@@ -90,12 +90,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         now = int(time.time())
-        m = Market.create(tmp / "inproc.db", now=now, config=MarketConfig())
-        n, s = _run(lambda r: m.execute(r, now=now), _requests(m.market_id, now + 3600), False)
+        m = Market.create(tmp / "inproc.db", config=MarketConfig())
+        n, s = _run(m.execute, _requests(m.market_id, now + 3600), False)
         m.close()
         inproc = n / s
 
-        Market.create(tmp / "http.db", now=now, config=MarketConfig()).close()
+        Market.create(tmp / "http.db", config=MarketConfig()).close()
         service = MarketService(
             tmp / "http.db", state_dir=tmp / "state", rate=RateLimit(rate=1e9, burst=1e9)
         )

@@ -87,7 +87,8 @@ class MarketService:
     Args:
         db: the ledger file (created beforehand with ``dk market init``).
         state_dir: where uploaded jobs and bundles are kept (``jobs/``, ``bundles/``).
-        clock: the server's clock in seconds (default ``time.time``); never a client's.
+        clock: injected time, accepted only by a ledger created with ``clock = "test"``;
+            otherwise the market keeps its own (the server's) clock. Never a client's.
         rate: per-account token bucket.
         job_loader: how a job id becomes a job (default: the uploaded ``job.toml``).
         market_kwargs: passed to :class:`Market` (test doubles for verify/replay/BLS).
@@ -98,25 +99,24 @@ class MarketService:
         db: str | Path,
         *,
         state_dir: str | Path,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], int] | None = None,
         rate: RateLimit | None = None,
         job_loader: Callable[[str], Any] | None = None,
         **market_kwargs: Any,
     ) -> None:
-        self.clock = clock
         self._job_loader = job_loader
         self.state_dir = Path(state_dir)
         (self.state_dir / "jobs").mkdir(parents=True, exist_ok=True)
         (self.state_dir / "bundles").mkdir(parents=True, exist_ok=True)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="dk-market-writer")
-        self.market: Market = self._pool.submit(Market, db, **market_kwargs).result()
+        self.market: Market = self._pool.submit(Market, db, clock=clock, **market_kwargs).result()
         self.market_id = self.market.market_id
         self._buckets = _Buckets(rate or RateLimit(), time.monotonic)
         self._changed = asyncio.Event()
 
     def now(self) -> int:
-        """The server's time in integer seconds."""
-        return int(self.clock())
+        """The server's (the market's own) time in integer seconds."""
+        return self.market.now()
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run ``fn`` on the writer thread (the only thread that touches the ledger)."""
@@ -135,7 +135,7 @@ class MarketService:
         req = parse_request(raw, market_id=self.market_id)
         if not self._buckets.take(req.account):
             raise HttpError(429, "RATE_LIMITED", f"account {req.account[:16]}… is over its rate")
-        return self.market.execute(req.envelope, now=self.now())
+        return self.market.execute(req.envelope)
 
     def store_job(self, text: bytes) -> dict[str, Any]:
         """Keep an uploaded job (its TOML) under its job id."""
@@ -194,7 +194,7 @@ class MarketService:
             raise MarketRefused("BAD_STATE", f"{order_id} has no committed result")
         digest = json.loads(order["commitment"])["manifest_digest"]
         return self.market.verify_result(
-            order_id, self.bundle_dir(digest), self.job(order["job_id"]), now=self.now()
+            order_id, self.bundle_dir(digest), self.job(order["job_id"])
         )
 
     def resolve(self, challenge_id: str) -> dict[str, Any]:
@@ -207,7 +207,7 @@ class MarketService:
         order = self.market.order(row[0])
         digest = json.loads(order["commitment"])["manifest_digest"]
         return self.market.resolve_challenge(
-            challenge_id, self.bundle_dir(digest), self.job(order["job_id"]), now=self.now()
+            challenge_id, self.bundle_dir(digest), self.job(order["job_id"])
         )
 
     # -- reads --------------------------------------------------------------------------
@@ -342,9 +342,9 @@ def create_app(service: MarketService) -> Any:
             if name == "verify":
                 out = await service.run(service.verify, oid)
             elif name == "accept":
-                out = await service.run(lambda: service.market.accept(oid, now=service.now()))
+                out = await service.run(service.market.accept, oid)
             else:
-                out = await service.run(lambda: service.market.settle(oid, now=service.now()))
+                out = await service.run(service.market.settle, oid)
             await changed()
             return out
 

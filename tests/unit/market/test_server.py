@@ -22,12 +22,14 @@ pytest.importorskip("httpx")
 import uvicorn
 from tests.unit.market.market_support import (
     T0,
+    Clock,
     FakeBls,
     FakeJob,
     fake_replay,
     fake_verify,
     key,
     make_bundle,
+    market_config,
 )
 
 from dk.errors import FormatError
@@ -39,16 +41,6 @@ from dk.market.server import OPENAPI, MarketService, RateLimit, create_app
 from dk.market.transfer import pack_bundle, unpack_bundle
 
 JOB = FakeJob(bytes(range(32)))
-
-
-class Clock:
-    """The server's clock in tests (only the server sets it; no client can)."""
-
-    def __init__(self, t: int = T0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return float(self.t)
 
 
 @contextmanager
@@ -75,9 +67,7 @@ def running(service: MarketService) -> Iterator[str]:
 
 def make_service(tmp_path: Path, clock: Clock, **kw: object) -> MarketService:
     db = tmp_path / "market.db"
-    Market.create(
-        db, now=clock.t, config=MarketConfig(k=2, window=100), salt=b"server-test"
-    ).close()
+    Market.create(db, config=market_config(), salt=b"server-test", clock=clock).close()
     return MarketService(
         db,
         state_dir=tmp_path / "state",
@@ -101,14 +91,28 @@ def remote(tmp_path: Path, clock: Clock) -> Iterator[RemoteMarket]:
         yield rm
 
 
+VALIDATORS = ("v1", "v2", "v3")
+SK = {n: 1000 + i for i, n in enumerate(VALIDATORS)}
+
+
 def clients(market_id: bytes) -> dict[str, Client]:
-    names = ["consumer", "worker", "v1", "v2", "challenger"]
+    names = ["consumer", "worker", *VALIDATORS, "challenger"]
     return {n: Client(key(i + 1), market_id) for i, n in enumerate(names)}
 
 
 def run_to_verified(rm: RemoteMarket, c: dict[str, Client], tmp: Path, *, forged: bool) -> str:
+    bls = FakeBls()
     for name in c:
         rm.execute(c[name].request("deposit", amount=1000))
+    for n in VALIDATORS:  # staked validators, registered before the match draws them
+        rm.execute(
+            c[n].request(
+                "register_validator",
+                bls_pk=bls.sk_to_pk(SK[n]).hex(),
+                pop=bls.pop_prove(SK[n]).hex(),
+                stake=100,
+            )
+        )
     oid = rm.execute(
         c["consumer"].request(
             "order", job_id=JOB.job_id.hex(), max_price=100, min_stake=50, deadline=T0 + 1000
@@ -120,6 +124,20 @@ def run_to_verified(rm: RemoteMarket, c: dict[str, Client], tmp: Path, *, forged
     uploaded = rm.upload_bundle(bundle)
     assert uploaded == bundle_commitment(bundle)
     rm.execute(c["worker"].request("submit", order_id=oid, **bundle_commitment(bundle)))
+    from dk.market.beacon import share_message
+
+    order = rm.show(oid)  # read over HTTP: the commitment and the drawn set, in order
+    commitment = order["commitment"]
+    msg = share_message(
+        rm.market_id,
+        oid,
+        bytes.fromhex(commitment["transcript_root"]),
+        bytes.fromhex(commitment["manifest_digest"]),
+    )
+    by_account = {c[n].account: n for n in VALIDATORS}
+    for account in order["validators"]:  # each drawn validator fixes its share of the beacon
+        n = by_account[account]
+        rm.execute(c[n].request("beacon_share", order_id=oid, signature=bls.sign(SK[n], msg).hex()))
     return oid
 
 
@@ -130,21 +148,13 @@ def test_honest_flow_over_http(remote: RemoteMarket, tmp_path: Path, clock: Cloc
     assert out["ok"] is True
     bls = FakeBls()
     msg = attestation_message(remote.market_id, oid, bytes.fromhex(out["report_digest"]))
-    for i, n in enumerate(["v1", "v2"]):
-        sk = 1000 + i
-        remote.execute(
-            c[n].request(
-                "register_validator",
-                bls_pk=bls.sk_to_pk(sk).hex(),
-                pop=bls.pop_prove(sk).hex(),
-            )
-        )
+    for n in ("v1", "v2"):
         remote.execute(
             c[n].request(
                 "attest",
                 order_id=oid,
                 report_digest=out["report_digest"],
-                signature=bls.sign(sk, msg).hex(),
+                signature=bls.sign(SK[n], msg).hex(),
             )
         )
     remote.accept(oid)
@@ -154,6 +164,7 @@ def test_honest_flow_over_http(remote: RemoteMarket, tmp_path: Path, clock: Cloc
     clock.t += 1000
     assert remote.settle(oid)["outcome"] == "released"
     assert remote.balance(c["worker"].account) == 1000 + 80
+    assert remote.info()["now"] == T0 + 1000  # the server's clock, never a client's
     assert remote.audit()["ok"] is True
 
 
@@ -164,6 +175,8 @@ def test_forged_bundle_flow_over_http(remote: RemoteMarket, tmp_path: Path, cloc
     assert out["ok"] is False
     assert remote.show(oid)["state"] == "rejected"
     assert remote.balance(c["consumer"].account) == 1000 + 60  # refund plus the slashed stake
+    # nothing moved for the validators: their stakes stay locked, their balances untouched
+    assert remote.balance(c["v1"].account) == 1000 - 100
     assert remote.audit()["ok"] is True
 
 
@@ -324,7 +337,7 @@ serve(sys.argv[1], port=0, ready=lambda p: print(p, flush=True))
 @pytest.mark.slow
 def test_kill_9_mid_settlement_then_restart_audits_clean(tmp_path: Path) -> None:
     db = tmp_path / "market.db"
-    Market.create(db, now=int(time.time()), config=MarketConfig(k=1, window=1)).close()
+    Market.create(db, config=MarketConfig(k=1, n=1, window=1)).close()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
 
     def start() -> tuple[subprocess.Popen[str], str]:
