@@ -41,47 +41,71 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@contextmanager
-def postgres_server() -> Iterator[str]:
-    """Start a fresh cluster; yield a URL to its ``postgres`` database; stop and delete it."""
-    bindir = pg_bin()
-    if bindir is None:
-        raise RuntimeError("PostgreSQL binaries (initdb, pg_ctl) not found")
-    base = Path(tempfile.mkdtemp(prefix="dk-pg-"))
-    data = base / "data"
-    os.chmod(base, 0o777)
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres", "postgres")
-    port = _free_port()
-    subprocess.run(
-        _as_postgres([str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]),
-        check=True,
-        capture_output=True,
-    )
-    opts = f"-c listen_addresses=127.0.0.1 -p {port} -k {base} -c fsync=off"
-    pg_ctl = [str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(base / "log")]
-    subprocess.run(
-        _as_postgres([*pg_ctl, "-w", "start"]),
-        check=True,
-        capture_output=True,
-    )
-    try:
+class PgServer:
+    """One throwaway cluster: ``start()``, ``stop(mode)``, ``url``; ``close()`` deletes it."""
+
+    def __init__(self) -> None:
+        bindir = pg_bin()
+        if bindir is None:
+            raise RuntimeError("PostgreSQL binaries (initdb, pg_ctl) not found")
+        self.bindir = bindir
+        self.base = Path(tempfile.mkdtemp(prefix="dk-pg-"))
+        self.data = self.base / "data"
+        os.chmod(self.base, 0o777)
+        if os.geteuid() == 0:
+            shutil.chown(self.base, "postgres", "postgres")
+        self.port = _free_port()
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        subprocess.run(
+            _as_postgres(
+                [str(bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres"]
+            ),
+            check=True,
+            capture_output=True,
+        )
+
+    def _pg_ctl(self, *args: str, check: bool = True) -> None:
+        # fsync off: the tests kill processes, never the OS, so nothing depends on the disk
+        opts = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.base} -c fsync=off"
+        cmd = [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", opts]
+        subprocess.run(
+            _as_postgres([*cmd, "-l", str(self.base / "log"), *args]),
+            check=check,
+            capture_output=True,
+        )
+
+    def start(self) -> None:
+        """Start the server and wait until it accepts connections."""
+        self._pg_ctl("-w", "start")
         deadline = time.monotonic() + 30
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
             except OSError:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.1)
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop the server (``immediate`` is a crash: no checkpoint, clients cut off)."""
+        self._pg_ctl("-m", mode, "stop", check=False)
+
+    def close(self) -> None:
+        """Stop the server and delete its files."""
+        self.stop("immediate")
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@contextmanager
+def postgres_server() -> Iterator[PgServer]:
+    """A started throwaway cluster, stopped and deleted afterwards."""
+    server = PgServer()
+    try:
+        server.start()
+        yield server
     finally:
-        subprocess.run(
-            _as_postgres([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
-            capture_output=True,
-        )
-        shutil.rmtree(base, ignore_errors=True)
+        server.close()
 
 
 def fresh_database(url: str, name: str) -> str:

@@ -20,7 +20,7 @@ pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
 import uvicorn
-from tests.unit.market.market_support import (
+from market_support import (
     T0,
     Clock,
     FakeBls,
