@@ -21,9 +21,9 @@ def test_valid_request_roundtrips_through_bytes(world: World) -> None:
 
 def test_replay_is_refused(world: World) -> None:
     env = world.c["consumer"].request("deposit", nonce=7, amount=5)
-    world.m.execute(env, now=T0)
+    world.at(T0).execute(env)
     with pytest.raises(MarketRefused) as e:
-        world.m.execute(env, now=T0)
+        world.at(T0).execute(env)
     assert e.value.reason == "REPLAY"
     assert world.m.balance(world.c["consumer"].account) == 1005
 
@@ -48,7 +48,7 @@ def test_tampered_requests_are_refused(world: World, mutate, reason: str) -> Non
     env = world.c["consumer"].request("deposit", nonce=7, amount=5)
     mutate(env)
     with pytest.raises(FormatError) as e:
-        world.m.execute(env, now=T0)
+        world.at(T0).execute(env)
     assert e.value.reason == reason
     assert world.m.balance(world.c["consumer"].account) == 1000
 
@@ -58,7 +58,7 @@ def test_signing_for_another_account_fails(world: World) -> None:
     env = sign_request(key(99), world.m.market_id, "withdraw", {"amount": 10}, nonce=1)
     env["body"]["account"] = victim  # claim to act for the victim with a foreign key
     with pytest.raises(FormatError) as e:
-        world.m.execute(env, now=T0)
+        world.at(T0).execute(env)
     assert e.value.reason == "BAD_SIGNATURE"
 
 
