@@ -138,9 +138,9 @@ def market_config(**kw: Any) -> MarketConfig:
 def new_market(path: Path, *, clock: Clock | None = None, config: MarketConfig | None = None,
                **kwargs: Any) -> Market:
     """A fresh test-clock market (k=2 of n=3, a 100 s window) with the test doubles."""
-    m = Market.create(path, config=config or market_config(), salt=b"test", verify=fake_verify,
-                      replay=fake_replay, bls=FakeBls(), clock=clock or Clock(), **kwargs)
-    return m
+    kwargs = {"verify": fake_verify, "replay": fake_replay, "bls": FakeBls(), **kwargs}
+    return Market.create(path, config=config or market_config(), salt=b"test",
+                         clock=clock or Clock(), **kwargs)
 
 
 def clock_of(m: Market) -> Clock:
@@ -155,11 +155,14 @@ class World:
 
     VALIDATORS = ("v1", "v2", "v3")
 
-    def __init__(self, market: Market, tmp: Path) -> None:
+    def __init__(self, market: Market, tmp: Path, nonce_base: int | None = None) -> None:
         self.m, self.tmp = market, tmp
         self.clock = clock_of(market)
         names = ["consumer", "worker", "worker2", "v1", "v2", "v3", "challenger"]
         self.c = {n: Client(key(i + 1), market.market_id) for i, n in enumerate(names)}
+        if nonce_base is not None:  # deterministic nonces: the same ledger on every run
+            for c in self.c.values():
+                c._last = nonce_base
         self.sk = {n: 1000 + i for i, n in enumerate(names)}
         self.job = FakeJob(hashlib.sha256(b"job").digest())
         self.bls = market.bls
