@@ -33,10 +33,22 @@ def misses_every_fake(root: bytes, beacon: bytes) -> bool:
 def old_beacon(world: World, oid: str, nonce: int, at: int, commitment: dict) -> bytes:
     """The pre-fix derivation: the hash of the worker's own ``submit`` event."""
     seq, head = world.m.ledger.head()
-    request = sign_request(world.c["worker"].key, world.m.market_id, "submit",
-                           {"order_id": oid, **commitment}, nonce=nonce)
-    body = {"v": 1, "seq": seq + 1, "kind": "submit", "at": at, "request": request,
-            "data": {"order_id": oid, **commitment, "submit_seq": seq + 1}, "moves": []}
+    request = sign_request(
+        world.c["worker"].key,
+        world.m.market_id,
+        "submit",
+        {"order_id": oid, **commitment},
+        nonce=nonce,
+    )
+    body = {
+        "v": 1,
+        "seq": seq + 1,
+        "kind": "submit",
+        "at": at,
+        "request": request,
+        "data": {"order_id": oid, **commitment, "submit_seq": seq + 1},
+        "moves": [],
+    }
     canonical_json(body)  # the event body is canonical JSON like any other
     return event_hash(head, body)
 
@@ -44,8 +56,14 @@ def old_beacon(world: World, oid: str, nonce: int, at: int, commitment: dict) ->
 def matched_world(tmp: Path) -> tuple[World, str, dict, bytes]:
     tmp.mkdir(parents=True, exist_ok=True)
     world = World(new_market(tmp / "m.db"), tmp, nonce_base=2**62)  # the same ledger every run
-    oid = world.do("consumer", "order", job_id=world.job.job_id.hex(), max_price=100,
-                   min_stake=50, deadline=T0 + 1000)["order_id"]
+    oid = world.do(
+        "consumer",
+        "order",
+        job_id=world.job.job_id.hex(),
+        max_price=100,
+        min_stake=50,
+        deadline=T0 + 1000,
+    )["order_id"]
     world.do("worker", "bid", price=80, capacity=1, stake=60)
     world.do("consumer", "match", order_id=oid)
     bundle = make_bundle(tmp / "bundle", world.job.job_id, world.c["worker"].account)
@@ -54,8 +72,9 @@ def matched_world(tmp: Path) -> tuple[World, str, dict, bytes]:
 
 
 def submit_and_share(world: World, oid: str, commitment: dict, nonce: int, at: int) -> bytes:
-    world.at(at).execute(world.c["worker"].request("submit", nonce=nonce, order_id=oid,
-                                                   **commitment))
+    world.at(at).execute(
+        world.c["worker"].request("submit", nonce=nonce, order_id=oid, **commitment)
+    )
     world.share(oid, now=at + 1)
     return bytes.fromhex(world.m.order(oid)["beacon"])
 
@@ -63,9 +82,14 @@ def submit_and_share(world: World, oid: str, commitment: dict, nonce: int, at: i
 def test_worker_grinds_the_old_beacon_but_not_the_new_one(tmp_path: Path) -> None:
     world, oid, commitment, root = matched_world(tmp_path / "a")
     # the attack, offline, against the old derivation: a few hundred nonces suffice
-    found = next((n for n in range(1, 1001)
-                  if misses_every_fake(root, old_beacon(world, oid, n, T0 + 5, commitment))),
-                 None)
+    found = next(
+        (
+            n
+            for n in range(1, 1001)
+            if misses_every_fake(root, old_beacon(world, oid, n, T0 + 5, commitment))
+        ),
+        None,
+    )
     assert found is not None, "no favourable nonce: the old derivation was not grindable here"
 
     # the same favourable submission against the market as it is now

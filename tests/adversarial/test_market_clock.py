@@ -38,8 +38,9 @@ class Prod:
     def __init__(self, tmp: Path) -> None:
         self.db = tmp / "prod.db"
         cfg = MarketConfig(k=2, n=3, window=3600, clock="system")
-        self.m = Market.create(self.db, config=cfg, verify=fake_verify, replay=fake_replay,
-                               bls=FakeBls())
+        self.m = Market.create(
+            self.db, config=cfg, verify=fake_verify, replay=fake_replay, bls=FakeBls()
+        )
         names = ["consumer", "worker", "v1", "v2", "v3", "challenger"]
         self.keys = {n: key(i + 1) for i, n in enumerate(names)}
         self.c = {n: Client(k, self.m.market_id) for n, k in self.keys.items()}
@@ -51,11 +52,22 @@ class Prod:
             self.do(n, "deposit", amount=1000)
         for n in ("v1", "v2", "v3"):
             bls = self.m.bls
-            self.do(n, "register_validator", bls_pk=bls.sk_to_pk(self.sk[n]).hex(),
-                    pop=bls.pop_prove(self.sk[n]).hex(), stake=100)
+            self.do(
+                n,
+                "register_validator",
+                bls_pk=bls.sk_to_pk(self.sk[n]).hex(),
+                pop=bls.pop_prove(self.sk[n]).hex(),
+                stake=100,
+            )
         self.job = FakeJob(bytes(range(32)))
-        self.oid = self.do("consumer", "order", job_id=self.job.job_id.hex(), max_price=100,
-                           min_stake=50, deadline=int(time.time()) + 3600)["order_id"]
+        self.oid = self.do(
+            "consumer",
+            "order",
+            job_id=self.job.job_id.hex(),
+            max_price=100,
+            min_stake=50,
+            deadline=int(time.time()) + 3600,
+        )["order_id"]
         self.do("worker", "bid", price=80, capacity=1, stake=60)
         self.do("consumer", "match", order_id=self.oid)
         self.bundle = make_bundle(tmp / "bundle", self.job.job_id, self.c["worker"].account)
@@ -70,13 +82,22 @@ class Prod:
         msg = order_share_message(self.m.market_id, order)
         for v in members(order):
             n = by_account[v]
-            self.do(n, "beacon_share", order_id=self.oid,
-                    signature=self.m.bls.sign(self.sk[n], msg).hex())
+            self.do(
+                n,
+                "beacon_share",
+                order_id=self.oid,
+                signature=self.m.bls.sign(self.sk[n], msg).hex(),
+            )
         digest = self.m.verify_result(self.oid, self.bundle, self.job)["report_digest"]
         msg = attestation_message(self.m.market_id, self.oid, bytes.fromhex(digest))
         for n in ("v1", "v2"):
-            self.do(n, "attest", order_id=self.oid, report_digest=digest,
-                    signature=self.m.bls.sign(self.sk[n], msg).hex())
+            self.do(
+                n,
+                "attest",
+                order_id=self.oid,
+                report_digest=digest,
+                signature=self.m.bls.sign(self.sk[n], msg).hex(),
+            )
         self.m.accept(self.oid)
 
     def holdings(self) -> dict[str, int]:
@@ -128,7 +149,7 @@ def test_init_with_now_needs_a_test_clock(tmp_path: Path) -> None:
     res = runner.invoke(cli, ["market", "init", "--db", db, "--now", "5"])
     assert res.exit_code == 2 and "CLOCK_LOCKED" in res.output
     assert not Path(db).exists()  # refused before anything was written
-    res = runner.invoke(cli, ["market", "init", "--db", db, "--now", "5", "--clock", "test",
-                              "--json"])
+    res = runner.invoke(
+        cli, ["market", "init", "--db", db, "--now", "5", "--clock", "test", "--json"]
+    )
     assert res.exit_code == 0 and json.loads(res.output)["clock"] == "test"
-

@@ -66,8 +66,11 @@ def test_inconclusive_verification_moves_no_money(tmp_path: Path) -> None:
     assert "outcome" not in out
     assert _money(world) == before
     assert world.m.order(oid)["state"] == "submitted"  # still verifiable
-    last = json.loads(world.m.ledger.con.execute(
-        "SELECT body FROM events ORDER BY seq DESC LIMIT 1").fetchone()[0])
+    last = json.loads(
+        world.m.ledger.con.execute("SELECT body FROM events ORDER BY seq DESC LIMIT 1").fetchone()[
+            0
+        ]
+    )
     assert last["kind"] == "verify" and last["data"]["verdict"] == "inconclusive"
     assert last["moves"] == []
     assert world.m.audit().ok
@@ -83,16 +86,18 @@ def test_inconclusive_validator_does_not_attest(tmp_path: Path) -> None:
     world.share(oid)
     world.at(T0 + 10).verify_result(oid, bundle, world.job)
     with pytest.raises(MarketRefused) as e:
-        attestation_request(world.m, world.c["v1"], _Key(world, "v1"), oid, bundle, world.job,
-                            verify=cannot_decide)
+        attestation_request(
+            world.m, world.c["v1"], _Key(world, "v1"), oid, bundle, world.job, verify=cannot_decide
+        )
     assert e.value.reason == "REPORT_INCONCLUSIVE"
 
 
 def test_inconclusive_replay_leaves_the_challenge_open(tmp_path: Path) -> None:
     world = _world(tmp_path)
     oid, bundle = world.to_accepted(bad=[2])
-    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5,
-                   interval=2)["challenge_id"]
+    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5, interval=2)[
+        "challenge_id"
+    ]
     before = _money(world)
     world.m._replay = lambda *a: Replay("inconclusive")
     out = world.at(T0 + 40).resolve_challenge(cid, bundle, world.job)

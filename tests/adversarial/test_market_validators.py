@@ -40,16 +40,21 @@ def test_worker_fresh_accounts_cannot_settle_its_order(tmp_path: Path) -> None:
     sybils = _sybils(world, 2)
     for n in sybils:  # a registration with no stake (or too little) is refused
         with pytest.raises(FormatError):
-            world.do(n, "register_validator", bls_pk=world.bls.sk_to_pk(world.sk[n]).hex(),
-                     pop=world.bls.pop_prove(world.sk[n]).hex())
+            world.do(
+                n,
+                "register_validator",
+                bls_pk=world.bls.sk_to_pk(world.sk[n]).hex(),
+                pop=world.bls.pop_prove(world.sk[n]).hex(),
+            )
         with pytest.raises(MarketRefused) as e:
             world.register([n], stake=99)
         assert e.value.reason == "STAKE_TOO_SMALL"
     world.register(sybils)  # staked now, but the draw happened at match time
     for n in sybils:
         with pytest.raises(MarketRefused) as e:
-            world.do(n, "beacon_share", order_id=oid,
-                     signature=world.bls.sign(world.sk[n], b"x").hex())
+            world.do(
+                n, "beacon_share", order_id=oid, signature=world.bls.sign(world.sk[n], b"x").hex()
+            )
         assert e.value.reason == "NOT_DRAWN"
     world.share(oid)  # the drawn validators fix the beacon
     world.at(T0 + 10).verify_result(oid, bundle, world.job)
@@ -77,11 +82,14 @@ def test_worker_and_consumer_are_never_drawn(tmp_path: Path) -> None:
 def test_wrong_attestation_costs_the_validators_their_stake(tmp_path: Path) -> None:
     world = _world(tmp_path)
     oid, bundle = world.to_accepted(bad=[2])  # the attested result skipped interval 2
-    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5,
-                   interval=2)["challenge_id"]
+    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5, interval=2)[
+        "challenge_id"
+    ]
     out = world.at(T0 + 40).resolve_challenge(cid, bundle, world.job)
     assert out["upheld"] and set(out["slashed_validators"]) == {
-        world.c["v1"].account, world.c["v2"].account}
+        world.c["v1"].account,
+        world.c["v2"].account,
+    }
     for n in ("v1", "v2"):
         assert world.m.holding(f"vstake:{world.c[n].account}") == 0
         with pytest.raises(MarketRefused) as e:  # a slashed validator is no longer one
