@@ -255,7 +255,13 @@ def order(
 @click.option("--tag", "tag", multiple=True, help="Offer KEY=VALUE (repeatable).")
 @_common
 def bid(
-    db: str, now: int | None, keyfile: str, price: int, capacity: int, stake: int, tag: tuple[str, ...]
+    db: str,
+    now: int | None,
+    keyfile: str,
+    price: int,
+    capacity: int,
+    stake: int,
+    tag: tuple[str, ...],
 ) -> dict[str, Any]:
     """Offer CAPACITY jobs at PRICE, staking STAKE per job."""
     return _signed(

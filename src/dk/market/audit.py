@@ -135,7 +135,11 @@ class _Auditor:
         elif kind == "register_validator" and signer is not None:
             self.register(seq, signer, data)
         elif kind == "unregister_validator" and signer is not None:
-            busy = [o for o, x in self.orders.items() if o not in self.closed and signer in x.get("set", [])]
+            busy = [
+                o
+                for o, x in self.orders.items()
+                if o not in self.closed and signer in x.get("set", [])
+            ]
             if busy:
                 self.bad(seq, f"VALIDATOR_BUSY: {signer[:16]} retired while drawn for {busy[:3]}")
             self.vstate[signer] = "retired"
@@ -150,7 +154,7 @@ class _Auditor:
             self.check_redraw(seq, oid, data)
         elif kind == "verify":
             if data["beacon"] != self.orders[oid].get("beacon"):
-                self.bad(seq, f"BEACON_MISMATCH: {oid} verified with a beacon its shares never fixed")
+                self.bad(seq, f"BEACON_MISMATCH: {oid} verified with a beacon never fixed")
         elif kind == "accept":
             self.check_accept(seq, data)
         elif kind == "resolve":

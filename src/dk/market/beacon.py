@@ -143,9 +143,7 @@ def maybe_fix_beacon(ctx: Context, tx: Tx, order: Any, current: list[str]) -> No
         return
     aggregate = ctx.bls.aggregate([bytes.fromhex(posted[v]) for v in current])
     beacon = beacon_from(aggregate)
-    tx.exec(
-        "UPDATE orders SET beacon = ? WHERE order_id = ?", (beacon.hex(), order["order_id"])
-    )
+    tx.exec("UPDATE orders SET beacon = ? WHERE order_id = ?", (beacon.hex(), order["order_id"]))
     tx.data.update({"aggregate": aggregate.hex(), "beacon": beacon.hex(), "set": current})
 
 

@@ -301,7 +301,9 @@ class Market:
             results.record_acceptance(tx, order_id, signers, aggregate, now)
             return dict(tx.data)
 
-    def resolve_challenge(self, challenge_id: str, bundle_dir: str | Path, job: Any) -> dict[str, Any]:
+    def resolve_challenge(
+        self, challenge_id: str, bundle_dir: str | Path, job: Any
+    ) -> dict[str, Any]:
         """Decide a challenge by replaying the disputed interval of the committed bundle.
 
         An ``inconclusive`` replay is recorded and leaves the challenge open.

@@ -21,15 +21,22 @@ def settle_and_hang(db: str, order_id: str, flag: str) -> None:
             Path(flag).write_text("in transaction")
             time.sleep(60)
 
-    m = Market(db, verify=fake_verify, replay=fake_replay, bls=FakeBls(), hook=hook,
-               clock=Clock(T0 + 10_000))
+    m = Market(
+        db,
+        verify=fake_verify,
+        replay=fake_replay,
+        bls=FakeBls(),
+        hook=hook,
+        clock=Clock(T0 + 10_000),
+    )
     m.settle(order_id)
 
 
 def hammer(db: str, me: int, other: int, rounds: int) -> None:
     """Deposit and transfer to ``other`` many times, retrying nothing (locks must serialise)."""
-    m = Market(db, verify=fake_verify, replay=fake_replay, bls=FakeBls(), durable=False,
-               clock=Clock(T0))
+    m = Market(
+        db, verify=fake_verify, replay=fake_replay, bls=FakeBls(), durable=False, clock=Clock(T0)
+    )
     c = Client(key(me), m.market_id)
     to = key(other).verify_key.hex()
     for r in range(rounds):

@@ -73,8 +73,9 @@ class FakeJob:
     job_id: bytes
 
 
-def fake_verify(bundle_dir: Path, job: Any, *, beacon: bytes, samples: int, topq: int,
-                workers: int = 1) -> FakeReport:
+def fake_verify(
+    bundle_dir: Path, job: Any, *, beacon: bytes, samples: int, topq: int, workers: int = 1
+) -> FakeReport:
     """Accepts a bundle unless its manifest says ``"forged": true``."""
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
     payload = {"root": manifest["transcript_root"], "beacon": beacon.hex(), "s": samples}
@@ -85,18 +86,29 @@ def fake_verify(bundle_dir: Path, job: Any, *, beacon: bytes, samples: int, topq
     return FakeReport(ok, payload, reasons)
 
 
-def make_bundle(path: Path, job_id: bytes, worker: str, *, roots: list[str] | None = None,
-                bad_intervals: list[int] | None = None, forged: bool = False,
-                inconclusive: bool = False, replay_inconclusive: bool = False) -> Path:
+def make_bundle(
+    path: Path,
+    job_id: bytes,
+    worker: str,
+    *,
+    roots: list[str] | None = None,
+    bad_intervals: list[int] | None = None,
+    forged: bool = False,
+    inconclusive: bool = False,
+    replay_inconclusive: bool = False,
+) -> Path:
     """Write a bundle directory with just the manifest fields the market reads."""
     path.mkdir(parents=True, exist_ok=True)
     roots = roots or [hashlib.sha256(bytes([i])).hexdigest() for i in range(5)]
     manifest = {
-        "job_id": job_id.hex(), "worker_key": worker,
+        "job_id": job_id.hex(),
+        "worker_key": worker,
         "transcript_root": hashlib.sha256("".join(roots).encode()).hexdigest(),
         "checkpoints": [{"root": r} for r in roots],
-        "bad_intervals": bad_intervals or [], "forged": forged,
-        "inconclusive": inconclusive, "replay_inconclusive": replay_inconclusive,
+        "bad_intervals": bad_intervals or [],
+        "forged": forged,
+        "inconclusive": inconclusive,
+        "replay_inconclusive": replay_inconclusive,
     }
     (path / "manifest.json").write_text(json.dumps(manifest))
     return path
@@ -148,13 +160,18 @@ def store_target(path: Path) -> str | Path:
     return fresh_database(server, "t" + hashlib.sha256(str(path).encode()).hexdigest()[:20])
 
 
-def new_market(path: Path, *, clock: Clock | None = None, config: MarketConfig | None = None,
-               **kwargs: Any) -> Market:
+def new_market(
+    path: Path, *, clock: Clock | None = None, config: MarketConfig | None = None, **kwargs: Any
+) -> Market:
     """A fresh test-clock market (k=2 of n=3, a 100 s window) with the test doubles."""
-    m = Market.create(store_target(path), config=config or market_config(), salt=b"test",
-                      verify=fake_verify,
-                      replay=fake_replay, bls=FakeBls(), clock=clock or Clock(), **kwargs)
-    return m
+    kwargs = {"verify": fake_verify, "replay": fake_replay, "bls": FakeBls(), **kwargs}
+    return Market.create(
+        store_target(path),
+        config=config or market_config(),
+        salt=b"test",
+        clock=clock or Clock(),
+        **kwargs,
+    )
 
 
 def clock_of(m: Market) -> Clock:
@@ -169,11 +186,14 @@ class World:
 
     VALIDATORS = ("v1", "v2", "v3")
 
-    def __init__(self, market: Market, tmp: Path) -> None:
+    def __init__(self, market: Market, tmp: Path, nonce_base: int | None = None) -> None:
         self.m, self.tmp = market, tmp
         self.clock = clock_of(market)
         names = ["consumer", "worker", "worker2", "v1", "v2", "v3", "challenger"]
         self.c = {n: Client(key(i + 1), market.market_id) for i, n in enumerate(names)}
+        if nonce_base is not None:  # deterministic nonces: the same ledger on every run
+            for c in self.c.values():
+                c._last = nonce_base
         self.sk = {n: 1000 + i for i, n in enumerate(names)}
         self.job = FakeJob(hashlib.sha256(b"job").digest())
         self.bls = market.bls
@@ -192,8 +212,13 @@ class World:
     def register(self, names: list[str], stake: int = 100) -> None:
         for n in names:
             sk = self.sk[n]
-            self.do(n, "register_validator", bls_pk=self.bls.sk_to_pk(sk).hex(),
-                    pop=self.bls.pop_prove(sk).hex(), stake=stake)
+            self.do(
+                n,
+                "register_validator",
+                bls_pk=self.bls.sk_to_pk(sk).hex(),
+                pop=self.bls.pop_prove(sk).hex(),
+                stake=stake,
+            )
 
     def share(self, oid: str, names: list[str] | None = None, now: int = T0) -> dict[str, Any]:
         from dk.market.beacon import members, order_share_message
@@ -205,8 +230,13 @@ class World:
         for acc in members(order):
             n = by_account[acc]
             if names is None or n in names:
-                out = self.do(n, "beacon_share", now=now, order_id=oid,
-                              signature=self.bls.sign(self.sk[n], msg).hex())
+                out = self.do(
+                    n,
+                    "beacon_share",
+                    now=now,
+                    order_id=oid,
+                    signature=self.bls.sign(self.sk[n], msg).hex(),
+                )
         return out
 
     def attest(self, oid: str, names: list[str], now: int = T0) -> None:
@@ -215,17 +245,35 @@ class World:
         digest = self.m.order(oid)["report_digest"]
         msg = attestation_message(self.m.market_id, oid, bytes.fromhex(digest))
         for n in names:
-            self.do(n, "attest", now=now, order_id=oid, report_digest=digest,
-                    signature=self.bls.sign(self.sk[n], msg).hex())
+            self.do(
+                n,
+                "attest",
+                now=now,
+                order_id=oid,
+                report_digest=digest,
+                signature=self.bls.sign(self.sk[n], msg).hex(),
+            )
 
-    def to_submitted(self, *, forged: bool = False, bad: list[int] | None = None,
-                     stake: int = 60) -> tuple[str, Path]:
-        oid = self.do("consumer", "order", job_id=self.job.job_id.hex(), max_price=100,
-                      min_stake=min(50, stake), deadline=T0 + 1000)["order_id"]
+    def to_submitted(
+        self, *, forged: bool = False, bad: list[int] | None = None, stake: int = 60
+    ) -> tuple[str, Path]:
+        oid = self.do(
+            "consumer",
+            "order",
+            job_id=self.job.job_id.hex(),
+            max_price=100,
+            min_stake=min(50, stake),
+            deadline=T0 + 1000,
+        )["order_id"]
         self.do("worker", "bid", price=80, capacity=1, stake=stake)
         self.do("consumer", "match", order_id=oid)
-        bundle = make_bundle(self.tmp / f"bundle-{oid}", self.job.job_id,
-                             self.c["worker"].account, forged=forged, bad_intervals=bad)
+        bundle = make_bundle(
+            self.tmp / f"bundle-{oid}",
+            self.job.job_id,
+            self.c["worker"].account,
+            forged=forged,
+            bad_intervals=bad,
+        )
         from dk.market import bundle_commitment
 
         self.do("worker", "submit", order_id=oid, **bundle_commitment(bundle))

@@ -48,23 +48,31 @@ BLS = {n: BlsKey.from_seed(bytes([i + 1]) * 32) for i, n in enumerate(["v1", "v2
 
 
 def _market(path: Path, clock: Clock, k: int) -> Market:
-    return Market.create(path, config=MarketConfig(k=k, n=3, window=60, clock="test"),
-                         clock=clock)
+    return Market.create(path, config=MarketConfig(k=k, n=3, window=60, clock="test"), clock=clock)
 
 
-def _to_submitted(m: Market, clock: Clock, job: object, bundle: Path,
-                  clients: dict[str, Client]) -> str:
+def _to_submitted(
+    m: Market, clock: Clock, job: object, bundle: Path, clients: dict[str, Client]
+) -> str:
     """Deposits, three staked validators (v1..v3), order, bid, match, submit, beacon shares."""
     clock.t = T0
     for name in clients:
         m.execute(clients[name].request("deposit", amount=1000))
     for n in ("v1", "v2", "v3"):
         m.execute(registration_request(clients[n], BLS[n], 100))
-    oid = m.execute(clients["consumer"].request(
-        "order", job_id=job.job_id.hex(), max_price=100, min_stake=40, deadline=T0 + 1000,
-        tags={"region": "eu"}))["order_id"]
-    m.execute(clients["worker"].request("bid", price=90, capacity=1, stake=40,
-                                        tags={"region": "eu"}))
+    oid = m.execute(
+        clients["consumer"].request(
+            "order",
+            job_id=job.job_id.hex(),
+            max_price=100,
+            min_stake=40,
+            deadline=T0 + 1000,
+            tags={"region": "eu"},
+        )
+    )["order_id"]
+    m.execute(
+        clients["worker"].request("bid", price=90, capacity=1, stake=40, tags={"region": "eu"})
+    )
     drawn = m.execute(clients["consumer"].request("match", order_id=oid))["validators"]
     assert sorted(drawn) == sorted(clients[n].account for n in ("v1", "v2", "v3"))
     clock.t = T0 + 1
@@ -76,14 +84,23 @@ def _to_submitted(m: Market, clock: Clock, job: object, bundle: Path,
 
 
 def _clients(m: Market, *extra: str) -> dict[str, Client]:
-    ids = {"consumer": key(1), "worker": SigningKey(WORKER_SEED), "v1": key(3), "v2": key(4),
-           "v3": key(5), "challenger": key(6), "fresh": key(7)}
-    return {n: Client(ids[n], m.market_id) for n in ("consumer", "worker", "v1", "v2", "v3",
-                                                     *extra)}
+    ids = {
+        "consumer": key(1),
+        "worker": SigningKey(WORKER_SEED),
+        "v1": key(3),
+        "v2": key(4),
+        "v3": key(5),
+        "challenger": key(6),
+        "fresh": key(7),
+    }
+    return {
+        n: Client(ids[n], m.market_id) for n in ("consumer", "worker", "v1", "v2", "v3", *extra)
+    }
 
 
-def test_full_honest_job_end_to_end(job_and_bundles: tuple[Path, Path, Path],
-                                    tmp_path: Path) -> None:
+def test_full_honest_job_end_to_end(
+    job_and_bundles: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
     from dk.pol import load_job
 
     job_path, honest, _ = job_and_bundles
@@ -117,8 +134,9 @@ def test_full_honest_job_end_to_end(job_and_bundles: tuple[Path, Path, Path],
     m.close()
 
 
-def test_forged_bundle_is_never_paid(job_and_bundles: tuple[Path, Path, Path],
-                                     tmp_path: Path) -> None:
+def test_forged_bundle_is_never_paid(
+    job_and_bundles: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
     from dk.pol import load_job
 
     job_path, _, forged = job_and_bundles
@@ -158,8 +176,9 @@ def test_cli_runs_a_job(job_and_bundles: tuple[Path, Path, Path], tmp_path: Path
     runner = CliRunner()
 
     def dk(*args: str) -> dict:
-        res = runner.invoke(cli, ["market", *args, "--db", db, "--json", "--now", str(T0)],
-                            catch_exceptions=False)
+        res = runner.invoke(
+            cli, ["market", *args, "--db", db, "--json", "--now", str(T0)], catch_exceptions=False
+        )
         assert res.exit_code == 0, res.output
         return json.loads(res.output)
 
@@ -168,13 +187,29 @@ def test_cli_runs_a_job(job_and_bundles: tuple[Path, Path, Path], tmp_path: Path
     for name in keys:
         dk("deposit", "--key", keys[name], "500")
     BlsKey.from_seed(bytes([9]) * 32).save(tmp_path / "v1.bls")
-    assert dk("register-validator", "--key", keys["v1"], "--bls-key",
-              str(tmp_path / "v1.bls"))["stake"] == 100
-    oid = dk("order", "--key", keys["consumer"], "--job", str(job_path), "--max-price", "100",
-             "--deadline", "100", "--tag", "region=eu")["order_id"]
+    assert (
+        dk("register-validator", "--key", keys["v1"], "--bls-key", str(tmp_path / "v1.bls"))[
+            "stake"
+        ]
+        == 100
+    )
+    oid = dk(
+        "order",
+        "--key",
+        keys["consumer"],
+        "--job",
+        str(job_path),
+        "--max-price",
+        "100",
+        "--deadline",
+        "100",
+        "--tag",
+        "region=eu",
+    )["order_id"]
     dk("bid", "--key", keys["worker"], "--price", "60", "--tag", "region=us")
-    res = runner.invoke(cli, ["market", "match", "--key", keys["consumer"], oid, "--db", db,
-                              "--now", str(T0)])
+    res = runner.invoke(
+        cli, ["market", "match", "--key", keys["consumer"], oid, "--db", db, "--now", str(T0)]
+    )
     assert res.exit_code == 1 and "NO_MATCH" in res.output
     shown = dk("show", oid)
     assert shown["bids"][0]["reasons"] == ["TAG_MISMATCH region (us != eu)"]
@@ -182,15 +217,35 @@ def test_cli_runs_a_job(job_and_bundles: tuple[Path, Path, Path], tmp_path: Path
     matched = dk("match", "--key", keys["consumer"], oid)
     assert matched["price"] == 70 and matched["validators"] == [key(3).verify_key.hex()]
     dk("submit", "--key", keys["worker"], oid, str(honest))
-    assert "beacon" in dk("share", "--key", keys["v1"], "--bls-key", str(tmp_path / "v1.bls"),
-                          oid)
+    assert "beacon" in dk("share", "--key", keys["v1"], "--bls-key", str(tmp_path / "v1.bls"), oid)
     assert dk("verify", oid, str(honest), "--job", str(job_path))["verdict"] == "accept"
-    dk("attest", "--key", keys["v1"], "--bls-key", str(tmp_path / "v1.bls"), "--job",
-       str(job_path), oid, str(honest))
+    dk(
+        "attest",
+        "--key",
+        keys["v1"],
+        "--bls-key",
+        str(tmp_path / "v1.bls"),
+        "--job",
+        str(job_path),
+        oid,
+        str(honest),
+    )
     dk("accept", oid)
     assert dk("settle", oid)["outcome"] == "released"
-    res = runner.invoke(cli, ["market", "unregister-validator", "--key", keys["v1"], "--db", db,
-                              "--now", str(T0), "--json"])
+    res = runner.invoke(
+        cli,
+        [
+            "market",
+            "unregister-validator",
+            "--key",
+            keys["v1"],
+            "--db",
+            db,
+            "--now",
+            str(T0),
+            "--json",
+        ],
+    )
     assert res.exit_code == 0 and json.loads(res.output)["returned"] == 100
     audit = dk("audit")
     assert audit["ok"] and audit["totals"]["held"] == 1500
@@ -215,8 +270,9 @@ def test_challenge_of_honest_result_fails_by_real_replay(
     roots = [c["root"] for c in json.loads((honest / "manifest.json").read_text())["checkpoints"]]
     counter = roots[:2] + ["ee" * 32] * (len(roots) - 2)  # a liar's transcript, diverging at 2
     clock.t = T0 + 6
-    cid = m.execute(clients["challenger"].request(
-        "challenge", order_id=oid, bond=25, counter_roots=counter))["challenge_id"]
+    cid = m.execute(
+        clients["challenger"].request("challenge", order_id=oid, bond=25, counter_roots=counter)
+    )["challenge_id"]
     out = m.resolve_challenge(cid, honest, job)
     assert out["interval"] == 1 and not out["upheld"] and out["verdict"] == "accept"
     clock.t = T0 + 65

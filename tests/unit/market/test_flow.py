@@ -42,8 +42,13 @@ def test_accept_needs_k_valid_attestations(world: World) -> None:
     assert e.value.reason == "NO_BEACON"
     world.share(oid)
     digest = world.at(T0).verify_result(oid, bundle, world.job)["report_digest"]
-    world.do("v1", "attest", order_id=oid, report_digest=digest,
-             signature=world.bls.sign(world.sk["v1"], b"wrong message").hex())
+    world.do(
+        "v1",
+        "attest",
+        order_id=oid,
+        report_digest=digest,
+        signature=world.bls.sign(world.sk["v1"], b"wrong message").hex(),
+    )
     with pytest.raises(MarketRefused) as e:
         world.at(T0).accept(oid)
     assert e.value.reason == "NOT_ENOUGH_ATTESTATIONS"
@@ -55,12 +60,19 @@ def test_accept_needs_k_valid_attestations(world: World) -> None:
     assert e.value.reason == "DIGEST_MISMATCH"
     world.attest(oid, ["v2", "v3"])
     assert sorted(world.at(T0).accept(oid)["signers"]) == sorted(
-        [world.c["v2"].account, world.c["v3"].account])
+        [world.c["v2"].account, world.c["v3"].account]
+    )
 
 
 def test_timeout_without_submission_refunds_and_slashes(world: World) -> None:
-    oid = world.do("consumer", "order", job_id=world.job.job_id.hex(), max_price=100,
-                   min_stake=10, deadline=T0 + 50)["order_id"]
+    oid = world.do(
+        "consumer",
+        "order",
+        job_id=world.job.job_id.hex(),
+        max_price=100,
+        min_stake=10,
+        deadline=T0 + 50,
+    )["order_id"]
     world.do("worker", "bid", price=70, capacity=1, stake=10)
     world.do("consumer", "match", order_id=oid)
     with pytest.raises(MarketRefused):
@@ -68,23 +80,36 @@ def test_timeout_without_submission_refunds_and_slashes(world: World) -> None:
     assert world.at(T0 + 50).settle(oid)["outcome"] == "timed_out"
     assert world.m.balance(world.c["consumer"].account) == 1010
     with pytest.raises(MarketRefused) as e:
-        world.do("worker", "submit", now=T0 + 60, order_id=oid, transcript_root="00" * 32,
-                 manifest_digest="00" * 32)
+        world.do(
+            "worker",
+            "submit",
+            now=T0 + 60,
+            order_id=oid,
+            transcript_root="00" * 32,
+            manifest_digest="00" * 32,
+        )
     assert e.value.reason == "BAD_STATE"
     assert world.m.audit().ok
 
 
 def test_expired_open_order_is_refunded(world: World) -> None:
-    oid = world.do("consumer", "order", job_id=world.job.job_id.hex(), max_price=100,
-                   min_stake=0, deadline=T0 + 5)["order_id"]
+    oid = world.do(
+        "consumer",
+        "order",
+        job_id=world.job.job_id.hex(),
+        max_price=100,
+        min_stake=0,
+        deadline=T0 + 5,
+    )["order_id"]
     assert world.at(T0 + 5).settle(oid)["outcome"] == "expired"
     assert world.m.balance(world.c["consumer"].account) == 1000
 
 
 def test_upheld_challenge_pays_challenger_from_stake(world: World) -> None:
     oid, bundle = world.to_accepted(bad=[2])
-    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5,
-                   interval=2)["challenge_id"]
+    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5, interval=2)[
+        "challenge_id"
+    ]
     with pytest.raises(MarketRefused) as e:
         world.at(T0 + 500).settle(oid)
     assert e.value.reason == "NOT_SETTLEABLE"
@@ -105,8 +130,9 @@ def test_upheld_challenge_pays_challenger_from_stake(world: World) -> None:
 
 def test_failed_challenge_loses_bond_to_worker(world: World) -> None:
     oid, bundle = world.to_accepted(bad=[2])
-    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5,
-                   interval=1)["challenge_id"]
+    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5, interval=1)[
+        "challenge_id"
+    ]
     assert not world.at(T0 + 40).resolve_challenge(cid, bundle, world.job)["upheld"]
     assert world.at(T0 + 120).settle(oid)["outcome"] == "released"
     assert world.m.balance(world.c["challenger"].account) == 995
@@ -120,8 +146,9 @@ def test_counter_transcript_bisects_to_first_difference(world: World) -> None:
 
     ours = [c["root"] for c in json.loads((bundle / "manifest.json").read_text())["checkpoints"]]
     theirs = ours[:2] + ["ee" * 32] * 3
-    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5,
-                   counter_roots=theirs)["challenge_id"]
+    cid = world.do(
+        "challenger", "challenge", now=T0 + 30, order_id=oid, bond=5, counter_roots=theirs
+    )["challenge_id"]
     out = world.at(T0 + 40).resolve_challenge(cid, bundle, world.job)
     assert out["interval"] == 1 and out["upheld"]
 

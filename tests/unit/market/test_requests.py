@@ -15,7 +15,11 @@ def test_valid_request_roundtrips_through_bytes(world: World) -> None:
     env = world.c["consumer"].request("deposit", nonce=7, amount=5)
     req = parse_request(canonical_json(env), market_id=world.m.market_id)
     assert (req.account, req.nonce, req.action, req.params) == (
-        world.c["consumer"].account, 7, "deposit", {"amount": 5})
+        world.c["consumer"].account,
+        7,
+        "deposit",
+        {"amount": 5},
+    )
     assert req.digest == request_digest(env["body"])
 
 
@@ -63,8 +67,9 @@ def test_signing_for_another_account_fails(world: World) -> None:
 
 
 def test_actions_on_other_accounts_funds_are_refused(world: World) -> None:
-    oid = world.do("consumer", "order", job_id="11" * 32, max_price=100, min_stake=0,
-                   deadline=T0 + 100)["order_id"]
+    oid = world.do(
+        "consumer", "order", job_id="11" * 32, max_price=100, min_stake=0, deadline=T0 + 100
+    )["order_id"]
     bid = world.do("worker", "bid", price=90, capacity=2, stake=5)["bid_id"]
     for who, action, params in [
         ("worker", "cancel_order", {"order_id": oid}),
@@ -88,8 +93,15 @@ def test_bad_params_are_refused(world: World) -> None:
             world.do("consumer", "deposit", **params)
         assert e.value.reason == "BAD_PARAMS"
     with pytest.raises(FormatError):
-        world.do("consumer", "order", job_id="11" * 32, max_price=1, min_stake=0,
-                 deadline=T0 + 1, tags={"Region": "eu"})
+        world.do(
+            "consumer",
+            "order",
+            job_id="11" * 32,
+            max_price=1,
+            min_stake=0,
+            deadline=T0 + 1,
+            tags={"Region": "eu"},
+        )
 
 
 def test_opening_a_missing_ledger_is_refused(tmp_path) -> None:

@@ -85,8 +85,14 @@ class MarketMachine(RuleBasedStateMachine):
 
     @rule(i=who, price=money, stake=st.integers(0, 50), span=st.integers(1, 200))
     def order(self, i: int, price: int, stake: int, span: int) -> None:
-        out = self.do(i, "order", job_id=JOB.job_id.hex(), max_price=price, min_stake=stake,
-                      deadline=self.now + span)
+        out = self.do(
+            i,
+            "order",
+            job_id=JOB.job_id.hex(),
+            max_price=price,
+            min_stake=stake,
+            deadline=self.now + span,
+        )
         if out:
             self.orders.append(out["order_id"])
 
@@ -128,8 +134,13 @@ class MarketMachine(RuleBasedStateMachine):
     @rule(j=st.integers(0, VALIDATORS - 1))
     def register(self, j: int) -> None:
         sk = 500 + j
-        self.do(USERS + j, "register_validator", bls_pk=self.m.bls.sk_to_pk(sk).hex(),
-                pop=self.m.bls.pop_prove(sk).hex(), stake=100)
+        self.do(
+            USERS + j,
+            "register_validator",
+            bls_pk=self.m.bls.sk_to_pk(sk).hex(),
+            pop=self.m.bls.pop_prove(sk).hex(),
+            stake=100,
+        )
 
     @rule(j=st.integers(0, VALIDATORS - 1))
     def unregister(self, j: int) -> None:
@@ -145,8 +156,12 @@ class MarketMachine(RuleBasedStateMachine):
         drawn = members(order)
         for v in drawn[1:] if withhold else drawn:
             j = self.vidx(v)
-            self.do(USERS + j, "beacon_share", order_id=order["order_id"],
-                    signature=self.m.bls.sign(500 + j, msg).hex())
+            self.do(
+                USERS + j,
+                "beacon_share",
+                order_id=order["order_id"],
+                signature=self.m.bls.sign(500 + j, msg).hex(),
+            )
 
     @precondition(lambda self: self.orders)
     @rule(n=st.integers(0, 100))
@@ -160,17 +175,22 @@ class MarketMachine(RuleBasedStateMachine):
         self.note_outcome(self.system(self.m.verify_result, oid, self.dir / f"b-{oid}", JOB))
 
     @precondition(lambda self: self.orders)
-    @rule(n=st.integers(0, 100), forged=st.booleans(), bad=st.booleans(),
-          unsure=st.booleans())
+    @rule(n=st.integers(0, 100), forged=st.booleans(), bad=st.booleans(), unsure=st.booleans())
     def deliver(self, n: int, forged: bool, bad: bool, unsure: bool = False) -> None:
         oid = self.orders[n % len(self.orders)]
         order = self.m.order(oid)
         if order["state"] != "matched":
             return
         worker = next(c for c in range(USERS) if self.clients[c].account == order["worker"])
-        bundle = make_bundle(self.dir / f"b-{oid}", JOB.job_id, order["worker"], forged=forged,
-                             bad_intervals=[1] if bad else [], inconclusive=unsure,
-                             replay_inconclusive=unsure)
+        bundle = make_bundle(
+            self.dir / f"b-{oid}",
+            JOB.job_id,
+            order["worker"],
+            forged=forged,
+            bad_intervals=[1] if bad else [],
+            inconclusive=unsure,
+            replay_inconclusive=unsure,
+        )
         if self.do(worker, "submit", order_id=oid, **bundle_commitment(bundle)):
             self.share(self.orders.index(oid), False)
             self.note_outcome(self.system(self.m.verify_result, oid, bundle, JOB))
@@ -185,15 +205,21 @@ class MarketMachine(RuleBasedStateMachine):
         msg = attestation_message(self.m.market_id, oid, bytes.fromhex(order["report_digest"]))
         for v in members(order)[:2]:
             j = self.vidx(v)
-            self.do(USERS + j, "attest", order_id=oid, report_digest=order["report_digest"],
-                    signature=self.m.bls.sign(500 + j, msg).hex())
+            self.do(
+                USERS + j,
+                "attest",
+                order_id=oid,
+                report_digest=order["report_digest"],
+                signature=self.m.bls.sign(500 + j, msg).hex(),
+            )
         self.system(self.m.accept, oid)
 
     @precondition(lambda self: self.orders)
     @rule(i=who, n=st.integers(0, 100), bond=money, interval=st.integers(0, 4))
     def challenge(self, i: int, n: int, bond: int, interval: int) -> None:
-        out = self.do(i, "challenge", order_id=self.orders[n % len(self.orders)], bond=bond,
-                      interval=interval)
+        out = self.do(
+            i, "challenge", order_id=self.orders[n % len(self.orders)], bond=bond, interval=interval
+        )
         if out:
             self.challenges.append(out["challenge_id"])
 
@@ -202,7 +228,8 @@ class MarketMachine(RuleBasedStateMachine):
     def resolve(self, n: int) -> None:
         cid = self.challenges[n % len(self.challenges)]
         oid = self.m.ledger.con.execute(
-            "SELECT order_id FROM challenges WHERE challenge_id = ?", (cid,)).fetchone()[0]
+            "SELECT order_id FROM challenges WHERE challenge_id = ?", (cid,)
+        ).fetchone()[0]
         self.note_outcome(self.system(self.m.resolve_challenge, cid, self.dir / f"b-{oid}", JOB))
 
     @precondition(lambda self: self.orders)
@@ -220,7 +247,8 @@ class MarketMachine(RuleBasedStateMachine):
         assert report.ok, report.problems
         assert report.totals["held"] == self.net
         low = self.m.ledger.con.execute(
-            "SELECT MIN(amount) FROM holdings WHERE holder != 'world'").fetchone()[0]
+            "SELECT MIN(amount) FROM holdings WHERE holder != 'world'"
+        ).fetchone()[0]
         assert low is None or low >= 0
         assert all(count == 1 for count in self.settled.values())
         for oid in self.settled:
@@ -230,12 +258,20 @@ class MarketMachine(RuleBasedStateMachine):
     def settled_orders_are_terminal(self) -> None:
         states = dict(self.m.ledger.con.execute("SELECT order_id, state FROM orders"))
         for oid in self.settled:
-            assert states[oid] in {"released", "expired", "timed_out", "rejected", "slashed",
-                                   "cancelled"}, (oid, states[oid], json.dumps(self.settled))
+            assert states[oid] in {
+                "released",
+                "expired",
+                "timed_out",
+                "rejected",
+                "slashed",
+                "cancelled",
+            }, (oid, states[oid], json.dumps(self.settled))
 
 
 MarketMachine.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=30, deadline=None,
+    max_examples=25,
+    stateful_step_count=30,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestMarketMachine = MarketMachine.TestCase
