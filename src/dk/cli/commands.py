@@ -105,6 +105,13 @@ def job() -> None:
 )
 @click.option("--worker", default=None, help="Only accept bundles signed by this public key (hex).")
 @click.option(
+    "--srs",
+    default="local",
+    show_default=True,
+    help="zk mode: the SRS the job accepts, by SHA-256 (64 hex), or 'local' (anyone's locally "
+    "generated SRS: whoever made it can forge proofs).",
+)
+@click.option(
     "--compression",
     default="",
     help="Gradient codec, e.g. 'topk:0.01', 'int8', 'qsgd:levels=16,seed=1'.",
@@ -130,6 +137,7 @@ def job_init(
     dataset: str,
     tolerance: float | None,
     worker: str | None,
+    srs: str,
     compression: str,
     out: str,
     force: bool,
@@ -140,6 +148,7 @@ def job_init(
     With no options it writes a working exact-mode digits MLP job.
     """
     from dk.pol.jobinit import default_job
+    from dk.pol.run import atomic_write
 
     out_p = Path(out)
     if out_p.exists() and not force:
@@ -171,11 +180,14 @@ def job_init(
         data_path=data_path,
         tolerance=tolerance,
         base_dir=out_p.resolve().parent,
-        pol={"worker": worker} if worker else {},
+        pol={
+            **({"worker": worker} if worker else {}),
+            **({"zk": {"srs": srs.lower()}} if mode == "zk" else {}),
+        },
         train={"compression": compression} if compression else {},
         init_extra=_zk_init_extra() if mode == "zk" else None,
     )
-    out_p.write_text(spec.to_toml())
+    atomic_write(out_p, spec.to_toml().encode())
     if as_json:
         app.emit_json({"job": out, "job_id": spec.job_id.hex(), "spec": spec.spec})
     else:
