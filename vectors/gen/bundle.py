@@ -252,15 +252,6 @@ def generate(root: Path) -> None:
             verify={"root": bytes(32).hex()},
         )
     )
-    cases.append(
-        _case(
-            "re-ground forgery: root pinned to the committed one, shown the re-signed bundle",
-            "random-final",
-            "invalid",
-            "ROOT_NOT_CHALLENGED",
-            verify={"root": honest_root},
-        )
-    )
     last_blob = json.loads((out / "honest" / "manifest.json").read_text())["checkpoints"][-1]
     flip = bytearray((out / "honest" / last_blob["blob"]).read_bytes())
     flip[-3] ^= 1
