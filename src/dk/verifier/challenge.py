@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dk.crypto.hashing import TAG_CHALLENGE, tagged_hash
 from dk.crypto.stream import sample_without_replacement, stream_key
+from dk.pol.job import JobSpec
 
 
 def challenge_seed(transcript_root: bytes, beacon: bytes) -> bytes:
@@ -126,7 +127,7 @@ def write_challenge(report: object, out: str | os.PathLike[str]) -> dict[str, ob
 
 def pinned_challenge(
     challenge_file: str | os.PathLike[str] | None,
-    job: object,
+    job: JobSpec | str | Path,
     *,
     beacon: bytes | None,
     root: bytes | None,

@@ -201,7 +201,7 @@ def replay_interval(
     from dk.pol.replay import make_replayer, replay_matches
 
     try:
-        b, spec = Path(bundle), as_job(job)
+        b, spec = Path(bundle), as_job(job if isinstance(job, JobSpec | str) else Path(job))
     except FormatError as e:
         return _result(Reason.JOB_MALFORMED, str(e))
     if not b.is_dir():

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -93,12 +93,12 @@ class Context:
     held: dict[int, Tensors] = field(default_factory=dict)
     zk_digests: dict[int, str] = field(default_factory=dict)
 
-    def fail(self, check: str, code: Reason, message: str, interval: int | None = None) -> None:
+    def fail(self, check: str, code: Reason, message: str, interval: int | None = None) -> NoReturn:
         """Record a fatal finding and stop."""
         self.rep.fail(check, code, message, interval)
         raise Stop
 
-    def fatal(self, check: str, e: FormatError, default: Reason) -> None:
+    def fatal(self, check: str, e: FormatError, default: Reason) -> NoReturn:
         """Record a ``FormatError`` as a fatal finding (its own code when it names one)."""
         code = Reason(e.reason) if e.reason in Reason.__members__ else default
         self.fail(check, code, str(e))
