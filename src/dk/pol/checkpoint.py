@@ -153,9 +153,18 @@ def blob_name(root: bytes) -> str:
 
 
 def write_blob(
-    directory: Path, tensors: Mapping[str, np.ndarray], root: bytes | None = None
+    directory: Path,
+    tensors: Mapping[str, np.ndarray],
+    root: bytes | None = None,
+    *,
+    durable: bool = True,
 ) -> tuple[bytes, Path, int]:
-    """Write a checkpoint blob atomically; returns (root, path, size). Idempotent."""
+    """Write a checkpoint blob atomically; returns (root, path, size). Idempotent.
+
+    With ``durable=False`` the data is not fsynced: the caller makes the blob durable later
+    with :func:`sync_files` (the Recorder does so once, when the run completes, instead of
+    paying one fsync per checkpoint).
+    """
     from safetensors.numpy import save
 
     root = root if root is not None else checkpoint_root(tensors)
@@ -168,13 +177,35 @@ def write_blob(
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return root, path, len(data)
+
+
+def sync_files(paths: list[Path]) -> None:
+    """fsync each file in ``paths`` and then each distinct parent directory (POSIX)."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    for parent in sorted({p.parent for p in paths}):
+        try:
+            fd = os.open(parent, os.O_RDONLY)
+        except OSError:  # directories cannot be opened on some platforms (Windows)
+            continue
+        try:
+            os.fsync(fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def parse_blob(data: bytes) -> Tensors:

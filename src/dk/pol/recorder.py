@@ -10,29 +10,35 @@
 ``attach`` checks that the model, optimizer and loader are the job's, and returns the model,
 the optimizer wrapped so that each ``step()`` is counted, and a loader that yields the job's
 batches in the job's order. Every ``k`` steps a snapshot is taken; hashing and writing happen
-on a background thread so training is not held up.
+on a background thread so training is not held up; blobs are not fsynced one by one, the
+run is made durable once, before ``run.json`` marks it complete.
+
+torch is imported only when torch computes the steps (or when ``attach`` is given torch
+objects): a run on a step engine (dk kernels, zk circuit) never loads it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from dk.crypto.hashing import digests_equal
 from dk.errors import DkError, FormatError
-from dk.pol.checkpoint import Tensors, checkpoint_root, update_norm, write_blob
+from dk.pol.checkpoint import Tensors, checkpoint_root, sync_files, update_norm, write_blob
 from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.job import JobSpec, as_job
 from dk.pol.models import init_params, param_specs
 from dk.pol.run import CheckpointEntry, IntervalEntry, RunInfo, write_run
 from dk.pol.sampler import job_sampler
-from dk.pol.torch_adapter import batch_tensors, deterministic, make_codec, snapshot
+
+if TYPE_CHECKING:
+    import torch
 
 
 class JobMismatch(DkError, ValueError):
@@ -78,6 +84,8 @@ class JobLoader:
         return self._rec.job.steps - self._rec.step
 
     def __iter__(self) -> Any:
+        from dk.pol.torch_adapter import batch_tensors
+
         rec = self._rec
         for t in range(rec.step, rec.job.steps):
             if rec.step != t:
@@ -114,7 +122,12 @@ class Recorder:
         self._opt: torch.optim.Optimizer | None = None
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
-        self.codec = make_codec(self.job)
+        self._written: list[Path] = []
+        self.codec: Any = None
+        if self.job.train.get("compression"):
+            from dk.pol.torch_adapter import make_codec
+
+            self.codec = make_codec(self.job)
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
 
         # A step engine owns the NumPy state and computes whole steps: dk's reproducible
@@ -126,9 +139,11 @@ class Recorder:
         # torch computes the steps only without an engine; then exact/zk pin it to one thread
         # with deterministic algorithms (pinning it otherwise would also cap the kernels'
         # OpenMP pool, which torch shares).
-        self._det = deterministic(
-            1 if engine is None and self.job.mode in ("exact", "zk") else None
-        )
+        self._det: Any = contextlib.nullcontext()
+        if engine is None:
+            from dk.pol.torch_adapter import deterministic
+
+            self._det = deterministic(1 if self.job.mode in ("exact", "zk") else None)
         self.info = RunInfo(
             job_id=self.job.job_id.hex(),
             data_root=self.dataset.root().hex(),
@@ -152,6 +167,8 @@ class Recorder:
                 )
 
     def _check_optimizer(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> None:
+        import torch
+
         t = self.job.train
         cls = torch.optim.SGD if t["optimizer"] == "sgd" else torch.optim.Adam
         if type(optimizer) is not cls:
@@ -228,6 +245,8 @@ class Recorder:
             ck = self.engine.snapshot(step, self.sampler.steps_per_epoch)
         else:
             assert self._model is not None and self._opt is not None
+            from dk.pol.torch_adapter import snapshot
+
             ck = snapshot(
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )
@@ -242,6 +261,8 @@ class Recorder:
         self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
         if self._model is None:
             return
+        import torch
+
         for name, p in self._model.named_parameters():
             arr = self.engine.params[name]
             if p.data.data_ptr() != arr.ctypes.data:
@@ -277,7 +298,8 @@ class Recorder:
                     return
                 index, step, ck = item
                 root = checkpoint_root(ck)
-                _, _, nbytes = write_blob(self.run_dir, ck, root)
+                _, path, nbytes = write_blob(self.run_dir, ck, root, durable=False)
+                self._written.append(path)
                 entry = CheckpointEntry(index=index, step=step, root=root.hex(), nbytes=nbytes)
                 self.info.checkpoints.append(entry)
                 line: dict[str, Any] = {"checkpoint": entry.__dict__}
@@ -319,6 +341,9 @@ class Recorder:
             raise self._error
         if self.step != self.job.steps:
             raise JobMismatch(f"training stopped at step {self.step} of {self.job.steps}")
+        # One durability point for the whole run (not one fsync per checkpoint): every blob
+        # and the log reach the disk before run.json (itself written atomically) says complete.
+        sync_files([*self._written, self.run_dir / "run.log.jsonl"])
         self.info.complete = True
         write_run(self.run_dir, self.info)
         return self.info

@@ -26,18 +26,27 @@ class Replayer:
 
     def __init__(self, job: JobSpec, dataset: Dataset, *, threads: int | None = 1) -> None:
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
-        from dk.pol.models import build_torch_model
-        from dk.pol.torch_adapter import make_loss, make_optimizer
 
         self.job, self.dataset, self.threads = job, dataset, threads
         self.sampler = job_sampler(job, len(dataset))
         self.kernels = KernelSession(job) if uses_kernels(job) else None
+        if self.kernels is not None:  # dk kernels: torch is never imported (a fixed cost)
+            return
+        from dk.pol.models import build_torch_model
+        from dk.pol.torch_adapter import make_loss, make_optimizer
+
         self.model = build_torch_model(job.model)
         self.optimizer = make_optimizer(job, self.model.parameters())
         self.loss_fn = make_loss(job, dataset.output_dim)
 
     def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
         """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
+        if self.kernels is not None:  # exact mode on dk's kernels (SPEC Part II)
+            self.kernels.restore(start)
+            for t in range(start_step, end_step):
+                idx = self.sampler.batch(t)
+                self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
+            return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
         from dk.pol.torch_adapter import (
             batch_tensors,
             compress_hook,
@@ -48,12 +57,6 @@ class Replayer:
             train_step,
         )
 
-        if self.kernels is not None:  # exact mode on dk's kernels (SPEC Part II)
-            self.kernels.restore(start)
-            for t in range(start_step, end_step):
-                idx = self.sampler.batch(t)
-                self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
-            return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
         codec = make_codec(self.job)  # fresh state machine; its state comes from ``start``
         hook = compress_hook(codec)
         with deterministic(self.threads):

@@ -10,7 +10,6 @@ from dk.pol.job import JobSpec, as_job
 from dk.pol.models import build_model
 from dk.pol.recorder import Recorder
 from dk.pol.run import RunInfo
-from dk.pol.torch_adapter import make_loss, make_optimizer
 
 
 def train_job(
@@ -36,6 +35,8 @@ def train_job(
         for _ in range(job.steps):
             rec.engine_step()
         return rec.finish()
+    from dk.pol.torch_adapter import make_loss, make_optimizer  # torch computes the steps
+
     model = build_model(job)
     optimizer = make_optimizer(job, model.parameters())
     loss_fn = make_loss(job, dataset.output_dim)
