@@ -23,6 +23,7 @@ import contextlib
 import json
 import queue
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,9 @@ from dk.pol.sampler import job_sampler
 
 if TYPE_CHECKING:
     import torch
+
+
+PROGRESS_PERIOD_S = 0.1  # a progress bar redraws per call: not once per (fast) step
 
 
 class JobMismatch(DkError, ValueError):
@@ -123,6 +127,7 @@ class Recorder:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
         self._written: list[Path] = []
+        self._progress_at = 0.0
         self.codec: Any = None
         if self.job.train.get("compression"):
             from dk.pol.torch_adapter import make_codec
@@ -282,8 +287,11 @@ class Recorder:
         self.step += 1
         if self.step > self.job.steps:
             raise JobMismatch(f"more optimizer steps than the job's {self.job.steps}")
-        if self.progress is not None:
-            self.progress(self.step)
+        if self.progress is not None:  # at most every 0.1 s, and at the last step
+            now = time.monotonic()
+            if now >= self._progress_at or self.step == self.job.steps:
+                self._progress_at = now + PROGRESS_PERIOD_S
+                self.progress(self.step)
         if self._next < len(self._ckpt_steps) and self.step == self._ckpt_steps[self._next]:
             self._snap(self._next, self.step)
             self._next += 1
@@ -317,7 +325,8 @@ class Recorder:
                     self.info.intervals.append(iv)
                     line["interval"] = iv.__dict__
                 log.write(json.dumps(line) + "\n")
-                log.flush()
+                if self._queue.empty():  # caught up: flush; behind: one flush for the batch
+                    log.flush()
                 prev = ck
         except BaseException as e:  # surfaced in the training thread
             self._error = e

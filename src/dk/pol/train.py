@@ -20,7 +20,8 @@ def train_job(
     Args:
         job: the job (or a path to ``job.toml``).
         run_dir: output directory (created).
-        progress: optional ``callable(step)`` called after every step.
+        progress: optional ``callable(step)`` called after a step at most every 0.1 s, and
+            after the last step.
         engine: a step engine that computes whole steps (see :class:`Recorder`); default:
             dk's kernels in exact mode, else PyTorch.
 
