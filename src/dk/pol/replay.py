@@ -35,12 +35,15 @@ class Replayer:
         device: str | None = None,
     ) -> None:
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
-        from dk.pol.models import build_fresh
-        from dk.pol.torch_adapter import make_loss, make_optimizer, replay_device
 
         self.job, self.dataset, self.threads = job, dataset, threads
         self.sampler = job_sampler(job, len(dataset))
         self.kernels = KernelSession(job) if uses_kernels(job) else None
+        if self.kernels is not None:  # dk kernels: torch is never imported (a fixed cost)
+            return
+        from dk.pol.models import build_fresh
+        from dk.pol.torch_adapter import make_loss, make_optimizer, replay_device
+
         self.device = replay_device(job, device)
         self.model = build_fresh(job).to(self.device)
         self.optimizer = make_optimizer(job, self.model.parameters())
@@ -48,6 +51,12 @@ class Replayer:
 
     def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
         """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
+        if self.kernels is not None:  # exact mode on dk's kernels (SPEC Part II)
+            self.kernels.restore(start)
+            for t in range(start_step, end_step):
+                idx = self.sampler.batch(t)
+                self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
+            return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
         from dk.pol.torch_adapter import (
             compress_hook,
             deterministic,
@@ -58,12 +67,6 @@ class Replayer:
             train_step,
         )
 
-        if self.kernels is not None:  # exact mode on dk's kernels (SPEC Part II)
-            self.kernels.restore(start)
-            for t in range(start_step, end_step):
-                idx = self.sampler.batch(t)
-                self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
-            return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
         codec = make_codec(self.job)  # fresh state machine; its state comes from ``start``
         hook = compress_hook(codec)
         with deterministic(self.threads):
