@@ -41,6 +41,17 @@ from dk.pol.sampler import job_sampler
 
 if TYPE_CHECKING:
     import torch
+else:
+
+    class _LazyTorch:
+        """``torch`` imported on first use: a run on dk's kernels never imports it."""
+
+        def __getattr__(self, name: str) -> Any:
+            import torch
+
+            return getattr(torch, name)
+
+    torch = _LazyTorch()
 
 __all__ = ["JobMismatch", "Recorder", "TrainingDiverged"]
 
