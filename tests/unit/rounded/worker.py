@@ -1,9 +1,9 @@
 """Subprocess body of the thread tests: train examples at one thread count (not a test file).
 
-``python worker.py THREADS OUTDIR KIND:WIDTH:BATCH:STEPS ... [--replay INDIR]`` writes, per
-example, ``<kind>.plain`` and ``<kind>.rounded`` (checkpoint roots, hex), ``<kind>.log`` (the
-rounding log) and, with ``--replay``, ``<kind>.replayed`` (root after following INDIR's log, or
-``REJECT <reason>``).
+``python worker.py THREADS OUTDIR KIND:WIDTH:BATCH:STEPS[:SEEDS] ... [--replay INDIR]
+[--no-train]`` writes, per example and seed, ``<kind>-<seed>.plain`` and ``.rounded``
+(checkpoint roots, hex), ``.log`` (the rounding log) and, with ``--replay``, ``.replayed`` (root
+after following INDIR's log, or ``REJECT <reason> <message>``). ``--no-train`` only replays; ``--no-plain`` skips plain torch.
 """
 
 from __future__ import annotations
@@ -29,24 +29,27 @@ def main(argv: list[str]) -> int:
     from dk.pol.checkpoint import checkpoint_root
 
     job = bytes(range(32))
-    for spec in specs:
-        kind, width, batch, steps = spec.split(":")
-        cfg = {"seed": 0, "width": int(width), "batch": int(batch)}
+    for spec, seed in [(s, i) for s in specs for i in range(int((s.split(":") + ["1"])[4]))]:
+        kind, width, batch, steps = spec.split(":")[:4]
+        cfg = {"seed": seed, "width": int(width), "batch": int(batch)}
+        name = f"{kind}-{seed}"
 
         def root(b: dict) -> str:
             return checkpoint_root(ex.state_tensors(b["model"], b["opt"])).hex()
 
-        b = ex.build(kind, **cfg)
-        ex.train(b, range(int(steps)))
-        (out / f"{kind}.plain").write_text(root(b))
-        b = ex.build(kind, **cfg)
-        mode = RoundedMode.record(job_id=job, interval=0)
-        ex.train(b, range(int(steps)), lambda m=mode: m)
-        (out / f"{kind}.log").write_bytes(mode.finish().encode())
-        (out / f"{kind}.rounded").write_text(root(b))
+        if "--no-train" not in argv and "--no-plain" not in argv:
+            b = ex.build(kind, **cfg)
+            ex.train(b, range(int(steps)))
+            (out / f"{name}.plain").write_text(root(b))
+        if "--no-train" not in argv:
+            b = ex.build(kind, **cfg)
+            mode = RoundedMode.record(job_id=job, interval=0)
+            ex.train(b, range(int(steps)), lambda m=mode: m)
+            (out / f"{name}.log").write_bytes(mode.finish().encode())
+            (out / f"{name}.rounded").write_text(root(b))
         if replay is not None:
             b = ex.build(kind, **cfg)
-            log = decode_log((replay / f"{kind}.log").read_bytes())
+            log = decode_log((replay / f"{name}.log").read_bytes())
             mode = RoundedMode.replay(log)
             try:
                 ex.train(b, range(int(steps)), lambda m=mode: m)
@@ -54,7 +57,7 @@ def main(argv: list[str]) -> int:
                 result = root(b)
             except FormatError as e:
                 result = f"REJECT {e.reason} {e}"
-            (out / f"{kind}.replayed").write_text(result)
+            (out / f"{name}.replayed").write_text(result)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Small example models and a training loop for the rounded backend's tests and benchmarks.
 
-``resnet``: a residual conv net with BatchNorm trained by SGD with momentum; ``lm``: a 2-layer
+``mlp``: a 256-``width``-10 GELU MLP trained by SGD with momentum; ``resnet``: a residual conv net with BatchNorm trained by SGD with momentum; ``lm``: a 2-layer
 transformer language model (pre-norm, causal attention) trained by AdamW with gradient
 clipping. ``width`` scales both. Everything is seeded; nothing here is part of a format.
 """
@@ -67,10 +67,20 @@ class TinyLM(nn.Module):
 
 
 def build(kind: str, *, seed: int, width: int, batch: int) -> dict[str, Any]:
-    """Model, optimizer and a ``step(i)`` closure for example ``kind`` (``resnet`` or ``lm``)."""
+    """Model, optimizer and a ``step(i)`` closure for example ``kind`` (mlp, resnet, lm)."""
     torch.manual_seed(seed)
     gen = np.random.default_rng(seed)
-    if kind == "resnet":
+    if kind == "mlp":
+        model = nn.Sequential(nn.Linear(256, width), nn.GELU(), nn.Linear(width, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        xm = torch.from_numpy(gen.standard_normal((4, batch, 256)).astype(np.float32))
+        ym = torch.from_numpy(gen.integers(0, 10, (4, batch)))
+
+        def loss_of(i: int) -> torch.Tensor:
+            return F.cross_entropy(model(xm[i % 4]), ym[i % 4])
+
+        clip = None
+    elif kind == "resnet":
         model: nn.Module = ResNet(width)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
         x = torch.from_numpy(gen.standard_normal((4, batch, 3, 16, 16)).astype(np.float32))
@@ -100,7 +110,7 @@ def build(kind: str, *, seed: int, width: int, batch: int) -> dict[str, Any]:
         if clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
-        return float(loss)
+        return float(loss.detach())
 
     return {"model": model, "opt": opt, "step": step}
 

@@ -316,9 +316,18 @@ def _is_float(a: object) -> bool:
     return isinstance(a, torch.Tensor) and a.is_floating_point()
 
 
+# Ops that write arguments their schema does not mark ``(a!)``: name -> (flag index, written).
+_UNMARKED_WRITES = {"native_batch_norm": (5, (3, 4))}
+
+
 def _written_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
     """The tensors an op writes (schema ``Tensor(a!)`` arguments), in schema order."""
     out: list[torch.Tensor] = []
+    unmarked = _UNMARKED_WRITES.get(func.overloadpacket.__name__)
+    if unmarked is not None:  # native_batch_norm updates running stats when training
+        flag, idx = unmarked
+        if len(args) > flag and args[flag]:
+            out.extend(args[i] for i in idx if isinstance(args[i], torch.Tensor))
     for i, arg in enumerate(func._schema.arguments):
         if arg.alias_info is None or not arg.alias_info.is_write:
             continue
