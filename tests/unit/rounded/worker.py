@@ -3,7 +3,8 @@
 ``python worker.py THREADS OUTDIR KIND:WIDTH:BATCH:STEPS[:SEEDS] ... [--replay INDIR]
 [--no-train]`` writes, per example and seed, ``<kind>-<seed>.plain`` and ``.rounded``
 (checkpoint roots, hex), ``.log`` (the rounding log) and, with ``--replay``, ``.replayed`` (root
-after following INDIR's log, or ``REJECT <reason> <message>``). ``--no-train`` only replays; ``--no-plain`` skips plain torch.
+after following INDIR's log, or ``REJECT <reason> <message>``). ``--no-train`` only replays;
+``--no-plain`` skips plain torch.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def main(argv: list[str]) -> int:
     from dk.pol.checkpoint import checkpoint_root
 
     job = bytes(range(32))
-    for spec, seed in [(s, i) for s in specs for i in range(int((s.split(":") + ["1"])[4]))]:
+    for spec, seed in [(s, i) for s in specs for i in range(int([*s.split(":"), "1"][4]))]:
         kind, width, batch, steps = spec.split(":")[:4]
         cfg = {"seed": seed, "width": int(width), "batch": int(batch)}
         name = f"{kind}-{seed}"

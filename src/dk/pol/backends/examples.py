@@ -1,8 +1,9 @@
 """Small example models and a training loop for the rounded backend's tests and benchmarks.
 
-``mlp``: a 256-``width``-10 GELU MLP trained by SGD with momentum; ``resnet``: a residual conv net with BatchNorm trained by SGD with momentum; ``lm``: a 2-layer
-transformer language model (pre-norm, causal attention) trained by AdamW with gradient
-clipping. ``width`` scales both. Everything is seeded; nothing here is part of a format.
+``mlp``: a 256-``width``-10 GELU MLP trained by SGD with momentum; ``resnet``: a residual conv
+net with BatchNorm trained by SGD with momentum; ``lm``: a 2-layer transformer language model
+(pre-norm, causal attention) trained by AdamW with gradient clipping. ``width`` scales each.
+Everything is seeded; nothing here is part of a format.
 """
 
 from __future__ import annotations
