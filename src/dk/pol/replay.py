@@ -29,6 +29,13 @@ class Replayer:
         from dk.pol.models import build_torch_model
         from dk.pol.torch_adapter import make_loss, make_optimizer
 
+        if job.pol.get("backend") == "rounded":  # SPEC VI: replay needs the interval's log
+            from dk.errors import BackendUnavailable
+
+            raise BackendUnavailable(
+                "pol.backend = 'rounded': replay with dk.pol.backends.session.run_interval "
+                "and the interval's rounding log (not wired into bundles yet)"
+            )
         self.job, self.dataset, self.threads = job, dataset, threads
         self.sampler = job_sampler(job, len(dataset))
         self.kernels = KernelSession(job) if uses_kernels(job) else None
