@@ -107,6 +107,33 @@ VALID_JOBS = [
     ("compressed job: codec spelled canonically", DIMS + "[train]\ncompression = 'topk:0.01'\n"),
     ("cnn with input_shape", "[model]\narch = 'cnn'\ninput_shape = [1, 8, 8]\noutput_dim = 10\n"),
     ("non-ASCII name", "name = 'r\u00e9seau \u2014 \u6570\u5b57'\n" + DIMS),
+    (
+        "v2 training: nesterov, step decay, warm-up, clipping, accumulation, augmentation, bf16",
+        "[model]\narch = 'cnn'\ninput_shape = [3, 8, 8]\noutput_dim = 10\n[train]\n"
+        "nesterov = true\nschedule = 'step'\nstep_size = 100\ngamma = 0.5\nwarmup_steps = 10\n"
+        "clip_norm = 1\naccumulation = 2\naugment = ['flip', 'crop:4']\nprecision = 'bf16'\n"
+        "label_smoothing = 0.1\n[pol]\nmode = 'tolerant'\ntolerance = 0.01\n",
+    ),
+    (
+        "model file with kwargs, adamw, cosine, next-token loss, cuda",
+        "[model]\nsource = 'models/lm.py'\nfactory = 'make'\nsource_sha256 = '" + "cd" * 32 + "'\n"
+        "[model.kwargs]\nlayers = 2\ndropout = 0.1\nvocab = 256\n[train]\noptimizer = 'adamw'\n"
+        "weight_decay = 0.1\nschedule = 'cosine'\nmin_lr = 0.0001\nloss = "
+        "'next_token_cross_entropy'\ndevice = 'cuda'\n[pol]\nmode = 'tolerant'\n"
+        "tolerance = 0.05\n",
+    ),
+    (
+        "pinned entry point",
+        "[model]\nentry = 'mypkg.nets:resnet'\ndistribution = 'mypkg'\ndist_version = '1.2.0'\n"
+        "module_sha256 = '" + "ef" * 32 + "'\n",
+    ),
+    (
+        "fine-tuning from init.safetensors (init.path is not hashed)",
+        DIMS
+        + "[init]\nmethod = 'file'\npath = 'weights/init.safetensors'\nroot = '"
+        + "12" * 32
+        + "'\n",
+    ),
 ]
 
 INVALID_JOBS = [
@@ -124,8 +151,45 @@ INVALID_JOBS = [
     ("powersgd is not replayable", DIMS + "[train]\ncompression = 'powersgd:rank=2'\n"),
     ("unknown table", DIMS + "[extra]\na = 1\n"),
     ("unknown key in [model]", DIMS + "depth = 3\n"),
-    ("unknown key in [train]", DIMS + "[train]\nnesterov = true\n"),
+    ("unknown key in [train]", DIMS + "[train]\nmomentumm = 0.5\n"),
     ("version 1 (job format 1: data.dataset, per-sample data leaves)", "version = 1\n" + DIMS),
+    ("version 3", "version = 3\n" + DIMS),
+    ("nesterov without momentum", DIMS + "[train]\nnesterov = true\nmomentum = 0.0\n"),
+    ("nesterov with adam", DIMS + "[train]\nnesterov = true\noptimizer = 'adam'\n"),
+    ("step schedule without step_size", DIMS + "[train]\nschedule = 'step'\n"),
+    ("unknown schedule", DIMS + "[train]\nschedule = 'cyclic'\n"),
+    ("batch not divisible into micro-batches", DIMS + "[train]\naccumulation = 3\n"),
+    ("unknown augmentation", DIMS + "[train]\naugment = ['rotate:5']\n"),
+    ("crop without padding", DIMS + "[train]\naugment = ['crop']\n"),
+    ("label smoothing with mse", DIMS + "[train]\nloss = 'mse'\nlabel_smoothing = 0.1\n"),
+    ("unknown precision", DIMS + "[train]\nprecision = 'fp8'\n"),
+    ("unknown device", DIMS + "[train]\ndevice = 'tpu'\n"),
+    (
+        "dk kernels with a schedule",
+        DIMS + "[train]\nschedule = 'cosine'\n[pol]\nbackend = 'dk'\n",
+    ),
+    (
+        "zk mode with adamw",
+        DIMS + "[train]\noptimizer = 'adamw'\nmomentum = 0.0\n[pol]\nmode = 'zk'\n",
+    ),
+    ("model.source escaping the job's folder", "[model]\nsource = '../model.py'\n"),
+    ("model.source not a .py file", "[model]\nsource = 'model.so'\n"),
+    (
+        "model.source and model.entry together",
+        "[model]\nsource = 'model.py'\nentry = 'pkg.mod:build'\n",
+    ),
+    ("model.entry without the pinned distribution", "[model]\nentry = 'pkg.mod:build'\n"),
+    (
+        "model.entry without module_sha256",
+        "[model]\nentry = 'pkg.mod:build'\ndistribution = 'pkg'\ndist_version = '1.0'\n",
+    ),
+    (
+        "registry dims on a model file",
+        "[model]\nsource = 'model.py'\noutput_dim = 10\nsource_sha256 = '" + "ab" * 32 + "'\n",
+    ),
+    ("init from a file without init.root", DIMS + "[init]\nmethod = 'file'\n"),
+    ("seeded construction of a registry model", DIMS + "[init]\nmethod = 'seeded'\n"),
+    ("unknown key in [init]", DIMS + "[init]\nsource = 'x'\n"),
     ("seed 2^63", "seed = 9223372036854775808\n" + DIMS),
     ("negative seed", "seed = -1\n" + DIMS),
     ("unknown architecture", "[model]\narch = 'transformer'\n"),

@@ -33,7 +33,7 @@ def _with_dims(raw: Any) -> Any:
 
 def test_defaults() -> None:
     j = normalize({"model": dict(DIMS)})
-    assert j["version"] == JOB_VERSION and j["seed"] == 0
+    assert j["version"] == JOB_VERSION == 2 and j["seed"] == 0
     assert j["model"] == {"arch": "mlp", "hidden": [64], "activation": "relu", **DIMS}
     assert j["train"]["optimizer"] == "sgd" and j["train"]["lr"] == 0.05
     assert j["train"]["steps"] == 300 and j["train"]["batch_size"] == 32
@@ -252,3 +252,36 @@ def test_zk_mode_rules() -> None:
     ]:
         with pytest.raises(FormatError, match=match):
             _job(pol=pol, train=train)
+
+
+def test_v2_training_defaults_and_normalisation() -> None:
+    j = normalize({"model": dict(DIMS)})
+    t = j["train"]
+    assert (t["nesterov"], t["schedule"], t["warmup_steps"], t["clip_norm"]) == (
+        False,
+        "constant",
+        0,
+        0.0,
+    )
+    assert (t["accumulation"], t["augment"], t["device"], t["precision"]) == (1, [], "cpu", "fp32")
+    assert j["init"] == {"method": "dk", "root": ""}
+    k = normalize({"model": dict(DIMS), "train": {"augment": ["crop:04", "flip"], "gamma": 0.5}})
+    assert k["train"]["augment"] == ["crop:4", "flip"] and k["train"]["gamma"] == 0.1
+    # anything the kernels cannot compute moves the default backend to torch
+    assert (
+        normalize({"model": dict(DIMS), "train": {"clip_norm": 1.0}})["pol"]["backend"] == "torch"
+    )
+
+
+def test_model_file_and_init_file_in_the_job_id(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text("def build():\n    pass\n")
+    text = "[model]\nsource = 'model.py'\n[model.kwargs]\nwidth = 3\n"
+    job = parse_job(text, base_dir=tmp_path)
+    assert job.model["arch"] == "custom" and job.init["method"] == "seeded"
+    assert len(job.model["source_sha256"]) == 64
+    (tmp_path / "model.py").write_text("def build():\n    return 1\n")
+    assert parse_job(text, base_dir=tmp_path).job_id != job.job_id
+    a = _job(init={"method": "file", "root": HEX, "path": "a.safetensors"})
+    b = _job(init={"method": "file", "root": HEX, "path": "elsewhere/b.safetensors"})
+    assert a.job_id == b.job_id and a.init_path() != b.init_path()
+    assert _job(init={"method": "file", "root": "cd" * 32}).job_id != a.job_id
