@@ -156,9 +156,10 @@ def test_npz_job_end_to_end(tmp_path: Path) -> None:
     X2 = X.copy()
     X2[0, 0] += 1
     np.savez(tmp_path / "d.npz", X=X2, y=y)
-    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_MISMATCH"]
+    # (the verifier's own copy differing or missing is its trouble: inconclusive, SPEC §14.1)
+    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_UNAVAILABLE"]
     (tmp_path / "d.npz").unlink()
-    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_MISMATCH"]
+    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_UNAVAILABLE"]
 
 
 def test_cnn_job_needs_square_features(tmp_path: Path) -> None:
