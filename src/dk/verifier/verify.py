@@ -105,7 +105,7 @@ class Context:
         self.fail(check, code, str(e))
 
 
-# -- §12.2 step 1: inputs, manifest, signature, job binding, structure ------------------------
+# -- §12.2 steps 1-8: inputs, manifest, signature, job, root, structure, paths -----------------
 
 
 def check_inputs(ctx: Context) -> None:
@@ -249,7 +249,7 @@ def check_paths(ctx: Context) -> None:
     ctx.rep.passed("paths")
 
 
-# -- §12.2 step 2: data and checkpoint 0 ------------------------------------------------------
+# -- §12.2 steps 9-10: data and checkpoint 0 ---------------------------------------------------
 
 
 def check_data(ctx: Context) -> None:
@@ -313,7 +313,7 @@ def check_init(ctx: Context) -> None:
     ctx.rep.passed("init")
 
 
-# -- §12.2 step 3: batch commitments ----------------------------------------------------------
+# -- §12.2 step 11: batch commitments ----------------------------------------------------------
 
 
 def check_batches(ctx: Context) -> None:
@@ -330,7 +330,7 @@ def check_batches(ctx: Context) -> None:
     ctx.rep.passed("batches")
 
 
-# -- §12.2 step 4: the challenge --------------------------------------------------------------
+# -- §12.2 step 12: the challenge --------------------------------------------------------------
 
 
 def challenge(ctx: Context) -> None:
@@ -360,7 +360,7 @@ def challenge(ctx: Context) -> None:
     )
 
 
-# -- §12.2 step 5: blobs against their commitments --------------------------------------------
+# -- §12.2 step 13: blobs against their commitments --------------------------------------------
 
 
 def fetched_checkpoints(ctx: Context) -> tuple[set[int], set[int]]:
@@ -436,7 +436,7 @@ def check_blob(ctx: Context, ck: ManifestCheckpoint, prev: Tensors | None) -> Te
 
 
 def check_blobs(ctx: Context) -> None:
-    """§12.2 step 5: fetch and check the checkpoints the integrity mode names."""
+    """§12.2 step 13: fetch and check the checkpoints the integrity mode names."""
     fetch, needed = fetched_checkpoints(ctx)
     ctx.rep.figures.update(
         integrity=ctx.opts.integrity, checkpoints_checked=len(fetch), bytes_read=0
@@ -455,7 +455,7 @@ def check_blobs(ctx: Context) -> None:
         ctx.rep.passed(name)
 
 
-# -- §12.2 step 6: replay, or zk proofs instead of replay -------------------------------------
+# -- §12.2 step 14: replay, or zk proofs instead of replay -------------------------------------
 
 
 def check_replay(ctx: Context) -> None:
