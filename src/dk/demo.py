@@ -99,8 +99,11 @@ def main(argv: list[str]) -> int:
     blob.unlink()  # the run's blob is hard-linked: write a new file
     blob.write_bytes(bytes(data))
 
-    step("7. the verifier rejects it, with the reason", f"dk verify {tampered} --job {job_path}")
-    bad = verify_bundle(tampered, job)
+    step(
+        "7. the verifier rejects it, with the reason",
+        f"dk verify {tampered} --job {job_path} --integrity all",
+    )
+    bad = verify_bundle(tampered, job, integrity="all")  # every blob, whatever the challenge
     for line in report_summary(bad.to_dict()):
         console.print(line)
     if bad.ok:

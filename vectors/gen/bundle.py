@@ -25,7 +25,7 @@ from dk.crypto.keys import SigningKey
 from dk.pol.jobinit import default_job
 from dk.pol.transcript import MAX_MANIFEST_BYTES
 from dk.vectors import write_cases
-from dk.vectors.bundle import run_case
+from dk.vectors.bundle import run_case, verify_case
 from vectors.gen import forge
 from vectors.gen.forge import FORGERIES, STOLEN, Forgery
 
@@ -304,6 +304,8 @@ def generate(root: Path) -> None:
     )
     for i, c in enumerate(cases, 1):
         c["tcId"] = i
+    for c in cases:  # the report digest of every case (SPEC §14.2)
+        c["report_digest"] = verify_case(root, c).digest().hex()
     for c in cases:  # refuse to write a case the library does not reproduce
         msg = run_case(root, c)
         assert not msg, (c["comment"], msg)

@@ -16,6 +16,7 @@ over ``[header, leaf_0, …, leaf_m]``. The worker signs
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from dk.crypto.canonical_json import canonical_json, parse_json
@@ -60,10 +61,60 @@ def _bad(msg: str) -> FormatError:
 
 
 @dataclass(frozen=True)
+class ManifestCheckpoint:
+    """One ``checkpoints`` entry of a manifest (SPEC §11.2), typed."""
+
+    index: int
+    step: int
+    root: bytes
+    blob: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class ManifestInterval:
+    """One ``intervals`` entry of a manifest (SPEC §11.2), typed."""
+
+    index: int
+    start_step: int
+    end_step: int
+    batch_commitment: bytes
+    update_norm: float
+
+
+@dataclass(frozen=True)
 class Manifest:
-    """A parsed, structurally valid manifest (values still unverified)."""
+    """A parsed, structurally valid manifest (values still unverified).
+
+    ``raw`` is the JSON object (what the bytes and the transcript root are computed from);
+    ``checkpoint_entries`` and ``interval_entries`` are its typed views.
+    """
 
     raw: dict[str, Any]
+
+    @cached_property
+    def checkpoint_entries(self) -> tuple[ManifestCheckpoint, ...]:
+        """The checkpoints, typed (roots as bytes)."""
+        return tuple(
+            ManifestCheckpoint(
+                c["index"], c["step"], bytes.fromhex(c["root"]), c["blob"], c["nbytes"]
+            )
+            for c in self.raw["checkpoints"]
+        )
+
+    @cached_property
+    def interval_entries(self) -> tuple[ManifestInterval, ...]:
+        """The intervals, typed (commitments as bytes, norms as binary64)."""
+        return tuple(
+            ManifestInterval(
+                i["index"],
+                i["start_step"],
+                i["end_step"],
+                bytes.fromhex(i["batch_commitment"]),
+                float(i["update_norm"]),
+            )
+            for i in self.raw["intervals"]
+        )
 
     @property
     def job_id(self) -> bytes:

@@ -4,7 +4,9 @@ Each case names a bundle directory under ``vectors/bundle/``, the job file to ve
 against, the beacon, the number of uniform samples and extra ``verify_bundle`` keyword
 arguments (such as ``worker``, ``root`` in hex, ``integrity``), and the expected result, first
 reason code and verdict (``expected_verdict``: ``inconclusive`` for the verifier-side codes of
-SPEC §14.1; default ``accept`` for valid and ``reject`` for invalid cases). The bundle is
+SPEC §14.1; default ``accept`` for valid and ``reject`` for invalid cases), and the report
+digest (``report_digest``, SPEC §14.2: it covers the verdict, so an inconclusive report has
+another digest than a rejection). The bundle is
 copied to a temporary directory first, and the case's recipes are applied to the copy:
 
 * ``pad_manifest_to``: append spaces to ``manifest.json`` up to that many bytes;
@@ -51,14 +53,14 @@ def _apply_recipes(bundle: Path, case: dict[str, Any]) -> None:
         os.symlink(link["target"], path)
 
 
-def run_case(root: Path, case: dict[str, Any]) -> str:
-    """Verify one bundle case; returns ``''`` when the outcome is the expected one."""
+def verify_case(root: Path, case: dict[str, Any]) -> Any:
+    """The :class:`~dk.verifier.Report` of one bundle case (recipes applied to a copy)."""
     from dk.verifier import verify_bundle
 
     base = root / "bundle"
     extra = dict(case.get("verify", {}))
     if not set(extra) <= _VERIFY_ARGS:
-        return f"unsupported verify arguments {sorted(set(extra) - _VERIFY_ARGS)}"
+        raise ValueError(f"unsupported verify arguments {sorted(set(extra) - _VERIFY_ARGS)}")
     if "root" in extra:  # the challenged transcript root (SPEC §12.1), hex
         extra["root"] = bytes.fromhex(extra["root"])
     with tempfile.TemporaryDirectory() as tmp:
@@ -67,13 +69,22 @@ def run_case(root: Path, case: dict[str, Any]) -> str:
         if src.is_dir():
             shutil.copytree(src, bundle)
             _apply_recipes(bundle, case)
-        report = verify_bundle(
+        return verify_bundle(
             bundle,
             base / case["job"],
             beacon=bytes.fromhex(case["beacon"]),
             samples=int(case["samples"]),
             **extra,
         )
+
+
+def run_case(root: Path, case: dict[str, Any]) -> str:
+    """Verify one bundle case; returns ``''`` when the outcome is the expected one.
+
+    Checks the result, the first reason code, the verdict (SPEC §14.1) and, where the case
+    gives one, the report digest (SPEC §14.2).
+    """
+    report = verify_case(root, case)
     want_ok = case["result"] == "valid"
     if report.ok != want_ok:
         return f"verdict {report.verdict}, codes {report.codes}"
@@ -82,6 +93,9 @@ def run_case(root: Path, case: dict[str, Any]) -> str:
         return f"verdict {report.verdict}, expected {want_verdict}"
     if not want_ok and report.codes[0] != case["expected_reason"]:
         return f"first reason {report.codes[0]}, expected {case['expected_reason']}"
+    digest = case.get("report_digest")
+    if digest is not None and report.digest().hex() != digest:
+        return f"report digest {report.digest().hex()}, expected {digest}"
     return ""
 
 

@@ -22,7 +22,7 @@ from dk.errors import BackendUnavailable, FormatError
 from dk.pol.checkpoint import blob_name, check_schema, checkpoint_root, parse_blob, read_blob_file
 from dk.pol.data import Dataset, load_dataset
 from dk.pol.job import JobSpec, as_job
-from dk.pol.transcript import MAX_MANIFEST_BYTES, Manifest, parse_manifest
+from dk.pol.transcript import MAX_MANIFEST_BYTES, Manifest, ManifestCheckpoint, parse_manifest
 from dk.verifier.files import read_bounded
 from dk.verifier.report import ACCEPT, REJECT, Reason, Report, outcome_of
 
@@ -61,7 +61,7 @@ def _replay_parallel(
     """Replay the challenged intervals over ``workers`` spawned processes."""
     import multiprocessing as mp
 
-    cks, ivs = man.checkpoints, man.intervals
+    cks, ivs = man.checkpoint_entries, man.interval_entries
     results: dict[int, tuple[bool, dict[str, Any]]] = {}
     cpu = 0.0
     pids: set[int] = set()
@@ -76,9 +76,9 @@ def _replay_parallel(
                 _replay_task,
                 held[i],
                 held.get(i + 1),
-                bytes.fromhex(cks[i + 1]["root"]),
-                ivs[i]["start_step"],
-                ivs[i]["end_step"],
+                cks[i + 1].root,
+                ivs[i].start_step,
+                ivs[i].end_step,
             )
             for i in chal
         }
@@ -109,7 +109,7 @@ def replay_challenged(
     from dk.verifier.executors import ExecutorFailed
 
     t0 = time.perf_counter()
-    cks, ivs = man.checkpoints, man.intervals
+    cks, ivs = man.checkpoint_entries, man.interval_entries
     tolerant = job.mode == "tolerant"
     worker_cpu, procs = 0.0, 1
     if executor is not None:
@@ -140,16 +140,16 @@ def replay_challenged(
                 replayer,
                 held[i],
                 held.get(i + 1),
-                bytes.fromhex(cks[i + 1]["root"]),
-                ivs[i]["start_step"],
-                ivs[i]["end_step"],
+                cks[i + 1].root,
+                ivs[i].start_step,
+                ivs[i].end_step,
             )
             for i in chal
         }
     rep.figures.update(
         {
             "replayed_intervals": len(chal),
-            "replayed_steps": sum(ivs[i]["end_step"] - ivs[i]["start_step"] for i in chal),
+            "replayed_steps": sum(ivs[i].end_step - ivs[i].start_step for i in chal),
             "replay_wall_s": round(time.perf_counter() - t0, 4),
             "replay_cpu_s_workers": round(worker_cpu, 4),
             "replay_processes": procs,
@@ -199,9 +199,9 @@ def _result(code: Reason, message: str) -> ReplayResult:
     return ReplayResult(outcome_of([code]), code, message)
 
 
-def _load_end(b: Path, spec: JobSpec, ck: dict[str, Any], step: int) -> Tensors:
-    end = parse_blob(read_blob_file(b / ck["blob"]))
-    if not digests_equal(checkpoint_root(end), bytes.fromhex(ck["root"])):
+def _load_end(b: Path, spec: JobSpec, ck: ManifestCheckpoint, step: int) -> Tensors:
+    end = parse_blob(read_blob_file(b / ck.blob))
+    if not digests_equal(checkpoint_root(end), ck.root):
         raise FormatError("end checkpoint does not hash to its root", reason="COMMITMENT_MISMATCH")
     check_schema(spec, step, end)
     return end
@@ -244,15 +244,15 @@ def replay_interval(
                 Reason.MANIFEST_TOO_LARGE,
             )
         )
-        cks, ivs = man.checkpoints, man.intervals
+        cks, ivs = man.checkpoint_entries, man.interval_entries
         if not digests_equal(man.job_id, spec.job_id):
             return _result(Reason.JOB_MISMATCH, "bundle is for a different job")
         if not 0 <= index < len(ivs):
             return _result(Reason.TRANSCRIPT_MALFORMED, f"no interval {index}")
         for ck in (cks[index], cks[index + 1]):
-            if ck["blob"] != blob_name(bytes.fromhex(ck["root"])):
-                return _result(Reason.BAD_PATH, f"checkpoint {ck['index']} names another blob")
-        a, z = ivs[index]["start_step"], ivs[index]["end_step"]
+            if ck.blob != blob_name(ck.root):
+                return _result(Reason.BAD_PATH, f"checkpoint {ck.index} names another blob")
+        a, z = ivs[index].start_step, ivs[index].end_step
         start = _load_end(b, spec, cks[index], a)
         claimed = _load_end(b, spec, cks[index + 1], z) if spec.mode == "tolerant" else None
     except FormatError as e:
@@ -268,9 +268,7 @@ def replay_interval(
     if not digests_equal(ds.root(), man.data_root):
         return _result(Reason.DATA_UNAVAILABLE, "the verifier's data has another root")
     try:
-        ok, _ = replay_matches(
-            make_replayer(spec, ds), start, claimed, bytes.fromhex(cks[index + 1]["root"]), a, z
-        )
+        ok, _ = replay_matches(make_replayer(spec, ds), start, claimed, cks[index + 1].root, a, z)
     except (BackendUnavailable, ImportError) as e:
         return _result(Reason.BACKEND_UNAVAILABLE, str(e))
     except Exception as e:  # the verifier's own failure is never the worker's fault

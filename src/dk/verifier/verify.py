@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -39,6 +39,7 @@ from dk.pol.sampler import job_sampler
 from dk.pol.transcript import (
     MAX_MANIFEST_BYTES,
     Manifest,
+    ManifestCheckpoint,
     parse_manifest,
     signing_digest,
     transcript_root,
@@ -105,7 +106,7 @@ class Context:
         self.fail(check, code, str(e))
 
 
-# -- §12.2 step 1: inputs, manifest, signature, job binding, structure ------------------------
+# -- §12.2 steps 1-8: inputs, manifest, signature, job, root, structure, paths -----------------
 
 
 def check_inputs(ctx: Context) -> None:
@@ -137,11 +138,10 @@ def check_manifest(ctx: Context) -> None:
     if raw != man.to_bytes():
         ctx.fail("manifest", Reason.MANIFEST_MALFORMED, "manifest.json is not canonical JSON")
     ctx.man = man
-    m = man.raw
     ctx.rep.job_id, ctx.rep.worker_key, ctx.rep.transcript_root = (
-        m["job_id"],
-        m["worker_key"],
-        m["transcript_root"],
+        man.job_id.hex(),
+        man.worker_key.hex(),
+        man.transcript_root.hex(),
     )
     ctx.rep.passed("manifest")
 
@@ -189,7 +189,7 @@ def check_job_binding(ctx: Context) -> None:
     if not digests_equal(ctx.man.job_id, ctx.job.job_id):
         ctx.fail("job", Reason.JOB_MISMATCH, "bundle is for a different job (job_id differs)")
     expected = ctx.opts.worker or ctx.job.pol.get("worker") or ""
-    if expected and expected != ctx.man.raw["worker_key"]:
+    if expected and expected != ctx.man.worker_key.hex():
         ctx.fail(
             "worker",
             Reason.WORKER_MISMATCH,
@@ -209,7 +209,7 @@ def check_challenged_root(ctx: Context) -> None:
         ctx.fail(
             "challenge",
             Reason.ROOT_NOT_CHALLENGED,
-            f"bundle's transcript root {ctx.man.raw['transcript_root'][:16]}… is not the "
+            f"bundle's transcript root {ctx.man.transcript_root.hex()[:16]}… is not the "
             f"challenged root {pinned.hex()[:16]}…",
         )
     ctx.rep.passed("challenge")
@@ -219,15 +219,15 @@ def check_structure(ctx: Context) -> None:
     """§11.1: checkpoint steps are ``0, k, …, steps`` and intervals span them."""
     m, job = ctx.man.raw, ctx.job
     steps = job.checkpoint_steps()
-    got = [c["step"] for c in m["checkpoints"]]
+    got = [c.step for c in ctx.man.checkpoint_entries]
     if m["interval"] != job.interval or m["steps"] != job.steps or got != steps:
         ctx.fail(
             "structure",
             Reason.TRANSCRIPT_MALFORMED,
             "checkpoint steps are not 0, k, 2k, …, steps of the job",
         )
-    for i, iv in enumerate(m["intervals"]):
-        if (iv["start_step"], iv["end_step"]) != (steps[i], steps[i + 1]):
+    for i, iv in enumerate(ctx.man.interval_entries):
+        if (iv.start_step, iv.end_step) != (steps[i], steps[i + 1]):
             ctx.fail(
                 "structure",
                 Reason.TRANSCRIPT_MALFORMED,
@@ -239,18 +239,18 @@ def check_structure(ctx: Context) -> None:
 
 def check_paths(ctx: Context) -> None:
     """§11.2: every blob is named ``blobs/<root>.safetensors``."""
-    for ck in ctx.man.raw["checkpoints"]:
-        if ck["blob"] != blob_name(bytes.fromhex(ck["root"])):
+    for ck in ctx.man.checkpoint_entries:
+        if ck.blob != blob_name(ck.root):
             ctx.fail(
                 "paths",
                 Reason.BAD_PATH,
-                f"checkpoint {ck['index']} names blob {ck['blob']!r}; "
+                f"checkpoint {ck.index} names blob {ck.blob!r}; "
                 "blobs must be blobs/<root>.safetensors",
             )
     ctx.rep.passed("paths")
 
 
-# -- §12.2 step 2: data and checkpoint 0 ------------------------------------------------------
+# -- §12.2 steps 9-10: data and checkpoint 0 ---------------------------------------------------
 
 
 def check_data(ctx: Context) -> None:
@@ -264,7 +264,7 @@ def check_data(ctx: Context) -> None:
     """
     job, man = ctx.job, ctx.man
     pinned = job.data.get("root", "")
-    if pinned and pinned != man.raw["data_root"]:
+    if pinned and pinned != man.data_root.hex():
         ctx.fail("data", Reason.DATA_MISMATCH, "the bundle's data root is not the job's")
     try:
         ds = ctx.opts.dataset if ctx.opts.dataset is not None else load_dataset(job)
@@ -307,36 +307,36 @@ def check_init(ctx: Context) -> None:
 
         init_ck.update(zk.init_extra(job, ctx.circ))
     init_root = checkpoint_root(init_ck)
-    if not digests_equal(init_root, bytes.fromhex(ctx.man.raw["checkpoints"][0]["root"])) or (
+    if not digests_equal(init_root, ctx.man.checkpoint_entries[0].root) or (
         job.pol["init_root"] and job.pol["init_root"] != init_root.hex()
     ):
         ctx.fail("init", Reason.INIT_MISMATCH, "checkpoint 0 is not the job's initial weights")
     ctx.rep.passed("init")
 
 
-# -- §12.2 step 3: batch commitments ----------------------------------------------------------
+# -- §12.2 step 11: batch commitments ----------------------------------------------------------
 
 
 def check_batches(ctx: Context) -> None:
     """§8.2: every interval's batch commitment is the job's sampler order."""
-    for iv in ctx.man.raw["intervals"]:
-        want = ctx.sampler.batch_commitment(iv["index"], iv["start_step"], iv["end_step"])
-        if not digests_equal(want, bytes.fromhex(iv["batch_commitment"])):
+    for iv in ctx.man.interval_entries:
+        want = ctx.sampler.batch_commitment(iv.index, iv.start_step, iv.end_step)
+        if not digests_equal(want, iv.batch_commitment):
             ctx.fail(
                 "batches",
                 Reason.BATCH_MISMATCH,
-                f"interval {iv['index']} batch commitment is not the job's sampler order",
-                iv["index"],
+                f"interval {iv.index} batch commitment is not the job's sampler order",
+                iv.index,
             )
     ctx.rep.passed("batches")
 
 
-# -- §12.2 step 4: the challenge --------------------------------------------------------------
+# -- §12.2 step 12: the challenge --------------------------------------------------------------
 
 
 def challenge(ctx: Context) -> None:
     """§12.1: derive the challenged intervals from the root and the beacon."""
-    rep, opts, ivs = ctx.rep, ctx.opts, ctx.man.raw["intervals"]
+    rep, opts, ivs = ctx.rep, ctx.opts, ctx.man.interval_entries
     n = len(ivs)
     beacon, src = (opts.beacon, "given") if opts.beacon is not None else (os.urandom(32), "nonce")
     rep.beacon = beacon.hex()
@@ -345,8 +345,8 @@ def challenge(ctx: Context) -> None:
         if opts.samples is not None
         else samples_for(n, opts.skipped_fraction, opts.detect)
     )
-    norms = [float(iv["update_norm"]) for iv in ivs]
-    epochs = [iv["start_step"] // ctx.sampler.steps_per_epoch for iv in ivs]
+    norms = [iv.update_norm for iv in ivs]
+    epochs = [iv.start_step // ctx.sampler.steps_per_epoch for iv in ivs]
     ctx.chal = derive_challenge(ctx.man.transcript_root, beacon, norms, epochs, s, opts.topq)
     rep.challenged = ctx.chal
     rep.figures.update(
@@ -361,7 +361,7 @@ def challenge(ctx: Context) -> None:
     )
 
 
-# -- §12.2 step 5: blobs against their commitments --------------------------------------------
+# -- §12.2 step 13: blobs against their commitments --------------------------------------------
 
 
 def fetched_checkpoints(ctx: Context) -> tuple[set[int], set[int]]:
@@ -375,26 +375,26 @@ def fetched_checkpoints(ctx: Context) -> tuple[set[int], set[int]]:
     ends = {i + 1 for i in chal}
     needed = set(chal) | (ends if ctx.job.mode == "tolerant" or ctx.circ is not None else set())
     if ctx.opts.integrity == "all":
-        return set(range(len(ctx.man.raw["checkpoints"]))), needed
+        return set(range(len(ctx.man.checkpoint_entries))), needed
     return set(chal) | ends, needed
 
 
-def check_blob(ctx: Context, ck: Mapping[str, Any], prev: Tensors | None) -> Tensors:
+def check_blob(ctx: Context, ck: ManifestCheckpoint, prev: Tensors | None) -> Tensors:
     """§10.1-§10.3, §11.1: one checkpoint against its commitment, schema, step, hyperparameters
     and (when its predecessor was fetched too) the claimed update norm of the interval."""
-    j, step = ck["index"], ck["step"]
+    j, step = ck.index, ck.step
     try:
-        data = read_blob_file(ctx.bundle / ck["blob"])
+        data = read_blob_file(ctx.bundle / ck.blob)
         ctx.rep.figures["bytes_read"] = ctx.rep.figures.get("bytes_read", 0) + len(data)
-        if len(data) != ck["nbytes"]:  # SPEC §11.2: nbytes is the blob's exact size
+        if len(data) != ck.nbytes:  # SPEC §11.2: nbytes is the blob's exact size
             raise FormatError(
-                f"checkpoint {j}: blob is {len(data)} bytes, the manifest says {ck['nbytes']}",
+                f"checkpoint {j}: blob is {len(data)} bytes, the manifest says {ck.nbytes}",
                 reason="BLOB_MALFORMED",
             )
         tensors = parse_blob(data)
     except FormatError as e:
         ctx.fatal("blobs", e, Reason.BLOB_MALFORMED)
-    if not digests_equal(checkpoint_root(tensors), bytes.fromhex(ck["root"])):
+    if not digests_equal(checkpoint_root(tensors), ck.root):
         ctx.fail(
             "blobs",
             Reason.COMMITMENT_MISMATCH,
@@ -413,7 +413,7 @@ def check_blob(ctx: Context, ck: Mapping[str, Any], prev: Tensors | None) -> Ten
                 "hparams", Reason.HPARAM_MISMATCH, f"checkpoint {j}: {k} is not the job's value"
             )
     if prev is not None:
-        claimed = float(ctx.man.raw["intervals"][j - 1]["update_norm"])
+        claimed = ctx.man.interval_entries[j - 1].update_norm
         actual = update_norm(prev, tensors)
         if abs(claimed - actual) > NORM_RTOL * max(abs(actual), 1e-30):
             ctx.fail(
@@ -437,14 +437,14 @@ def check_blob(ctx: Context, ck: Mapping[str, Any], prev: Tensors | None) -> Ten
 
 
 def check_blobs(ctx: Context) -> None:
-    """§12.2 step 5: fetch and check the checkpoints the integrity mode names."""
+    """§12.2 step 13: fetch and check the checkpoints the integrity mode names."""
     fetch, needed = fetched_checkpoints(ctx)
     ctx.rep.figures.update(
         integrity=ctx.opts.integrity, checkpoints_checked=len(fetch), bytes_read=0
     )
     prev: Tensors | None = None
-    for ck in ctx.man.raw["checkpoints"]:
-        j = ck["index"]
+    for ck in ctx.man.checkpoint_entries:
+        j = ck.index
         if j not in fetch:
             prev = None
             continue
@@ -456,7 +456,7 @@ def check_blobs(ctx: Context) -> None:
         ctx.rep.passed(name)
 
 
-# -- §12.2 step 6: replay, or zk proofs instead of replay -------------------------------------
+# -- §12.2 step 14: replay, or zk proofs instead of replay -------------------------------------
 
 
 def check_replay(ctx: Context) -> None:

@@ -113,3 +113,30 @@ def test_json_form() -> None:
 def test_reason_codes_are_their_names() -> None:
     assert all(r.value == r.name for r in Reason)
     assert len({r.value for r in Reason}) == len(Reason)
+
+
+def test_three_outcomes_and_reject_wins() -> None:
+    """SPEC §14.1: verifier-side codes make a report inconclusive, any other code rejects, and
+    a worker-side finding wins over a verifier-side one; the digest covers the verdict."""
+    from dk.verifier.report import VERIFIER_SIDE
+
+    inconclusive = _accepted()
+    inconclusive.fail("data", Reason.DATA_UNAVAILABLE, "the verifier's data is missing")
+    assert inconclusive.verdict == "inconclusive" and not inconclusive.ok
+    assert inconclusive.attestation_body()["verdict"] == "inconclusive"
+    reject = _accepted()
+    reject.fail("data", Reason.DATA_MISMATCH, "the bundle's data root is not the job's")
+    assert reject.verdict == "reject"
+    assert inconclusive.digest() != reject.digest()
+    both = _accepted()
+    both.fail("replay", Reason.REPLAY_MISMATCH, "interval 1", 1)
+    both.fail("internal", Reason.INTERNAL_ERROR, "MemoryError")
+    assert both.verdict == "reject"
+    for code in Reason:
+        r = _accepted()
+        r.fail("x", code, "m")
+        assert r.verdict == ("inconclusive" if code in VERIFIER_SIDE else "reject"), code
+    with pytest.raises(VerificationFailed) as ei:
+        inconclusive.check()
+    assert ei.value.report.verdict == "inconclusive"
+    assert Report().verdict == "inconclusive"  # nothing ran: nothing was decided
