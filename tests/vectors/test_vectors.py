@@ -366,9 +366,23 @@ def test_regeneration_is_byte_identical(area: str, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_modes_regeneration_is_byte_identical(tmp_path: Path) -> None:
-    """Everything but the tolerant bundles, which PyTorch trains (unspecified float32 bits)."""
+    """Everything but the tolerant bundles, which PyTorch trains (unspecified float32 bits).
+
+    The zk bundles hold random proofs; like the generator, the test keeps the checked-in ones
+    (and the SRS they were proven with)."""
+    import shutil
+
     from vectors.gen import modes
 
+    (tmp_path / "modes").mkdir()
+    for name in modes.ZK_KEEP:
+        src = ROOT / "modes" / name
+        if src.is_dir():
+            shutil.copytree(src, tmp_path / "modes" / name)
+        elif src.exists():
+            shutil.copy(src, tmp_path / "modes" / name)
+    (tmp_path / modes.SRS).parent.mkdir(parents=True)
+    shutil.copy(ROOT / modes.SRS, tmp_path / modes.SRS)
     modes.generate(tmp_path)
     diff = _same_tree(ROOT / "modes", tmp_path / "modes")
     assert [f for f in diff if not f.startswith("tolerant-")] == []
