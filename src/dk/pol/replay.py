@@ -26,43 +26,65 @@ class Replayer:
     supplies weights and optimizer state, which :meth:`run` loads afresh each time.
     """
 
-    def __init__(self, job: JobSpec, dataset: Dataset, *, threads: int | None = 1) -> None:
+    def __init__(
+        self,
+        job: JobSpec,
+        dataset: Dataset,
+        *,
+        threads: int | None = 1,
+        device: str | None = None,
+    ) -> None:
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
-        from dk.pol.models import build_torch_model
-        from dk.pol.torch_adapter import make_loss, make_optimizer
 
         self.job, self.dataset, self.threads = job, dataset, threads
         self.sampler = job_sampler(job, len(dataset))
         self.kernels = KernelSession(job) if uses_kernels(job) else None
-        self.model = build_torch_model(job.model)
+        if self.kernels is not None:  # dk kernels: torch is never imported (a fixed cost)
+            return
+        from dk.pol.models import build_fresh
+        from dk.pol.torch_adapter import make_loss, make_optimizer, replay_device
+
+        self.device = replay_device(job, device)
+        self.model = build_fresh(job).to(self.device)
         self.optimizer = make_optimizer(job, self.model.parameters())
-        self.loss_fn = make_loss(job, dataset.output_dim)
+        self.loss_fn = make_loss(job, getattr(dataset, "output_dim", None))
 
     def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
         """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
-        from dk.pol.torch_adapter import (
-            batch_tensors,
-            compress_hook,
-            deterministic,
-            make_codec,
-            restore,
-            snapshot,
-            train_step,
-        )
-
         if self.kernels is not None:  # exact mode on dk's kernels (SPEC Part II)
             self.kernels.restore(start)
             for t in range(start_step, end_step):
                 idx = self.sampler.batch(t)
                 self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
             return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
+        from dk.pol.torch_adapter import (
+            compress_hook,
+            deterministic,
+            job_batch,
+            make_codec,
+            restore,
+            snapshot,
+            train_step,
+        )
+
         codec = make_codec(self.job)  # fresh state machine; its state comes from ``start``
         hook = compress_hook(codec)
         with deterministic(self.threads):
             restore(start, self.model, self.optimizer, self.job, codec)
+            self.model.train()
             for t in range(start_step, end_step):
-                x, y = batch_tensors(self.dataset, self.sampler.batch(t))
-                train_step(self.model, self.optimizer, self.loss_fn, x, y, hook)
+                x, y = job_batch(self.job, self.dataset, self.sampler, t)
+                train_step(
+                    self.model,
+                    self.optimizer,
+                    self.loss_fn,
+                    x,
+                    y,
+                    hook,
+                    job=self.job,
+                    step=t,
+                    device=self.device,
+                )
             return snapshot(
                 self.model, self.optimizer, self.job, end_step, self.sampler.steps_per_epoch, codec
             )
