@@ -20,6 +20,9 @@ class ExitCode(IntEnum):
     MALFORMED = 3  # malformed input file, bundle, job, key or challenge given to the command
     BACKEND_MISSING = 4  # optional backend (EZKL, CUDA, Ray) not installed
     INCONCLUSIVE = 5  # verification could not decide (the verifier's own data/backend/machine)
+    UNAVAILABLE = (
+        69  # a service dk talks to (a market server) could not be reached (EX_UNAVAILABLE)
+    )
     INTERNAL = 70  # a bug in dk (EX_SOFTWARE)
 
 
@@ -30,6 +33,7 @@ EXIT_HELP = {
     ExitCode.MALFORMED: "malformed input",
     ExitCode.BACKEND_MISSING: "missing optional backend",
     ExitCode.INCONCLUSIVE: "verification inconclusive: the verifier could not decide",
+    ExitCode.UNAVAILABLE: "a service (market server) could not be reached",
     ExitCode.INTERNAL: "internal error",
 }
 
@@ -71,6 +75,12 @@ class BackendUnavailable(DkError, ImportError):
     """An optional backend (EZKL, CUDA, Ray) is not installed or not usable here."""
 
     exit_code = ExitCode.BACKEND_MISSING
+
+
+class ServiceUnavailable(DkError, ConnectionError):
+    """A service dk talks to over the network (a market server) could not be reached."""
+
+    exit_code = ExitCode.UNAVAILABLE
 
 
 class EscrowStateError(DkError):

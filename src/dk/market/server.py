@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dk.errors import DkError, FormatError
+from dk.errors import BackendUnavailable, DkError, FormatError
 from dk.market.errors import MarketRefused
 from dk.market.market import Market
 from dk.market.requests import MAX_REQUEST, parse_request
@@ -329,6 +329,17 @@ def create_app(service: MarketService) -> Any:
         return await service.run(service.market.show, request.path_params["order_id"])
 
     @endpoint
+    async def order_row(request: Request) -> Any:
+        row = await service.run(service.market.order, request.path_params["order_id"])
+        return dict(row)
+
+    @endpoint
+    async def redraw(request: Request) -> Any:
+        out = await service.run(service.market.redraw, request.path_params["order_id"])
+        await changed()
+        return out
+
+    @endpoint
     async def balance(request: Request) -> Any:
         account = request.path_params["account"]
         if not _is_hex64(account):
@@ -395,6 +406,8 @@ def create_app(service: MarketService) -> Any:
         Route("/v1/bundles", post_bundle, methods=["POST"]),
         Route("/v1/orders", orders, methods=["GET"]),
         Route("/v1/orders/{order_id}", order, methods=["GET"]),
+        Route("/v1/orders/{order_id}/row", order_row, methods=["GET"]),
+        Route("/v1/orders/{order_id}/redraw", redraw, methods=["POST"]),
         Route("/v1/orders/{order_id}/verify", market_action("verify"), methods=["POST"]),
         Route("/v1/orders/{order_id}/accept", market_action("accept"), methods=["POST"]),
         Route("/v1/orders/{order_id}/settle", market_action("settle"), methods=["POST"]),
@@ -448,6 +461,14 @@ OPENAPI: dict[str, Any] = {
         "/v1/orders": {"get": _op("all orders and bids")},
         "/v1/orders/{order_id}": {
             "get": _op("one order, why each bid matched or not", params=["order_id"])
+        },
+        "/v1/orders/{order_id}/row": {
+            "get": _op(
+                "the order's ledger row as stored (JSON fields as text)", params=["order_id"]
+            )
+        },
+        "/v1/orders/{order_id}/redraw": {
+            "post": _op("replace drawn validators that withheld their share", params=["order_id"])
         },
         "/v1/orders/{order_id}/verify": {
             "post": _op("the market's verification of the committed bundle", params=["order_id"])
@@ -510,9 +531,14 @@ def serve(
         state_dir: uploads (default: ``<db>.d`` beside the ledger).
         ready: called with the bound port once the server listens.
     """
-    import uvicorn
+    try:
+        import uvicorn
+    except ImportError:
+        raise BackendUnavailable("the market server needs: pip install 'dk-pol[server]'") from None
+    from dk.market.store import is_url
 
-    service = MarketService(db, state_dir=state_dir or Path(f"{db}.d"))
+    default_state = Path("market-state") if is_url(db) else Path(f"{db}.d")
+    service = MarketService(db, state_dir=state_dir or default_state)
     config = uvicorn.Config(
         create_app(service), host=host, port=port, log_level="warning", ws="none"
     )
