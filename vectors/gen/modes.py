@@ -133,6 +133,81 @@ def bundle_cases(out: Path, tmp: Path) -> list[dict[str, Any]]:
     return cases
 
 
+TINY_ZK = {"decomp_base": 256, "decomp_legs": 4}
+SRS = "circuits/srs-local-k10.srs"  # relative to vectors/; the SRS the circuit vectors use
+ZK_KEEP = ("zk-committed", "zk-honest", "zk-tampered-proof", "job-zk.toml", "zk-data.npz")
+
+
+def zk_env(root: Path, cache: Path) -> dict[str, str]:
+    """Environment of a worker or verifier using the checked-in local SRS (SPEC IV §9.6)."""
+    srs = root / SRS
+    return {"DK_CACHE_DIR": str(cache), "DK_ZK_SRS": str(srs), "DK_ZK_SRS_KIND": "local",
+            "DK_ZK_SRS_SHA256": hashlib.sha256(srs.read_bytes()).hexdigest()}  # fmt: skip
+
+
+def zk_bundles(root: Path, out: Path, tmp: Path) -> None:
+    """Train a tiny zk job (linear 4->2, MSE, batch 2, 4 steps, k = 2), commit, challenge
+    both intervals (beacon 00..00), prove them; write the committed bundle, the answered one
+    and one with a proof byte flipped. Slow (EZKL) and random (Halo2 proofs)."""
+    import os
+
+    from dk.circuits.session import zk_init_extra
+    from dk.pol import default_job
+    from dk.prover import prove_run, train
+    from dk.prover.zk import respond_zk
+    from dk.vectors.pol import npz_bytes
+    from dk.verifier import verify_bundle
+    from dk.verifier.challenge import challenge_document
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(16, 4)).astype(np.float32)
+    y = (x @ rng.normal(size=(4, 2)) * 0.5).astype(np.float32)
+    (out / "zk-data.npz").write_bytes(npz_bytes({"X": x, "y": y}))
+    saved = dict(os.environ)
+    os.environ.update(zk_env(root, tmp / "zk-cache"))
+    try:
+        job = default_job(arch="linear", mode="zk", dataset="npz", data_path="zk-data.npz",
+                          steps=4, interval=2, batch_size=2, loss="mse", lr=0.1, base_dir=out,
+                          pol={"zk": {**TINY_ZK, "srs": os.environ["DK_ZK_SRS_SHA256"]}},
+                          init_extra=zk_init_extra)  # fmt: skip
+        (out / "job-zk.toml").write_text(job.to_toml(), encoding="utf-8")
+        train(job, tmp / "zk-run")
+        committed = prove_run(tmp / "zk-run", job, WORKER, tmp / "zk-committed")
+        pre = verify_bundle(committed, job, beacon=bytes.fromhex(BEACON), samples=2, topq=0,
+                            replay=False)  # fmt: skip
+        assert pre.ok and pre.challenged == [0, 1], pre.codes
+        (tmp / "challenge.json").write_bytes(canonical_json(challenge_document(pre)))
+        answered = respond_zk(tmp / "zk-run", job, WORKER, tmp / "zk-honest",
+                              challenge=tmp / "challenge.json")  # fmt: skip
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    _copy_real(committed, out / "zk-committed")
+    _copy_real(answered, out / "zk-honest")
+    _copy_real(answered, out / "zk-tampered-proof")
+    p = out / "zk-tampered-proof" / "proofs" / "interval-1.json"
+    records = json.loads(p.read_text())
+    proof = bytearray(bytes.fromhex(records[0]["proof"]))
+    proof[100] ^= 1
+    records[0]["proof"] = proof.hex()
+    p.write_text(json.dumps(records))
+
+
+def zk_cases(root: Path) -> list[dict[str, Any]]:
+    """Cases of the zk bundles: they need EZKL and the checked-in SRS."""
+    srs_sha = hashlib.sha256((root / SRS).read_bytes()).hexdigest()
+    zk = {"samples": 2, "verify": {"topq": 0}, "requires": "ezkl",
+          "srs": {"path": SRS, "sha256": srs_sha, "kind": "local"}}  # fmt: skip
+    return [
+        _case("zk mode: both intervals challenged and proven (local SRS: insecure-srs flag)",
+              "zk-honest", "job-zk.toml", "valid", **zk),
+        _case("zk mode: a byte of a proof of interval 1 flipped", "zk-tampered-proof",
+              "job-zk.toml", "invalid", "ZK_PROOF_INVALID", **zk),
+        _case("zk mode: the committed bundle, before it answered the challenge",
+              "zk-committed", "job-zk.toml", "invalid", "ZK_PROOF_MISSING", **zk),
+    ]  # fmt: skip
+
+
 def report_cases(out: Path) -> list[dict[str, Any]]:
     """Report bodies (SPEC §14.2): an accept of the honest bundle, a reject with several
     reasons and a flag; digests computed wrongly."""
@@ -206,17 +281,68 @@ def challenge_cases(out: Path) -> list[dict[str, Any]]:
         if reason:
             c["expected_reason"] = reason
         cases.append(c)
+    if (out / "zk-committed").is_dir():
+        import os
+
+        saved = dict(os.environ)
+        with tempfile.TemporaryDirectory() as tmp_s:
+            os.environ.update(zk_env(out.parent, Path(tmp_s)))
+            try:
+                zpre = verify_bundle(out / "zk-committed", out / "job-zk.toml",
+                                     beacon=bytes.fromhex(BEACON), samples=2, topq=0,
+                                     replay=False)  # fmt: skip
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+        zdoc = challenge_document(zpre)
+        srs_sha = hashlib.sha256((out.parent / SRS).read_bytes()).hexdigest()
+        for comment, d, reason in (
+            ("zk: the challenge the zk bundle answers (both intervals)", zdoc, ""),
+            ("zk: only interval 0", dict(zdoc, intervals=[0]), "CHALLENGE_MISMATCH"),
+        ):
+            c = {"tcId": len(cases) + 1, "comment": comment,
+                 "result": "invalid" if reason else "valid", "document": canonical_json(d).hex(),
+                 "dir": "zk-committed", "job": "job-zk.toml", "samples": 2, "topq": 0,
+                 "requires": "ezkl",
+                 "srs": {"path": SRS, "sha256": srs_sha, "kind": "local"}}  # fmt: skip
+            if reason:
+                c["expected_reason"] = reason
+            cases.append(c)
     return cases
 
 
 def generate(root: Path) -> None:
-    """Write ``root/modes/``: bundles, cases, report digests and challenge documents."""
+    """Write ``root/modes/``: bundles, cases, report digests and challenge documents.
+
+    The zk bundles hold random proofs: existing ones are kept (delete ``modes/zk-*`` to make
+    new ones, which needs EZKL); without EZKL and without them, the zk cases are left out.
+    """
     out = root / "modes"
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
     with tempfile.TemporaryDirectory() as tmp_s, _blobs_in_name_order():
-        cases = bundle_cases(out, Path(tmp_s))
+        tmp = Path(tmp_s)
+        keep = tmp / "keep"
+        keep.mkdir()
+        for name in ZK_KEEP:
+            if (out / name).exists():
+                shutil.move(str(out / name), str(keep / name))
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        for name in ZK_KEEP:
+            if (keep / name).exists():
+                shutil.move(str(keep / name), str(out / name))
+        cases = bundle_cases(out, tmp)
+        if not (out / "zk-honest").is_dir():
+            try:
+                import ezkl  # noqa: F401
+            except ImportError:
+                pass
+            else:
+                zk_bundles(root, out, tmp)
+    if (out / "zk-honest").is_dir():
+        cases += zk_cases(root)
+    for n, c in enumerate(cases, 1):
+        c["tcId"] = n
     for c in cases:  # refuse to write a case the verifier does not reproduce
         msg = _check_bundle(root, c)
         assert not msg, (c["comment"], msg)

@@ -1100,6 +1100,11 @@ def transcript_cases() -> list[Case]:
             "MANIFEST_MALFORMED",
         ),
         (
+            "update norm as the integer token 2^53 + 1, which no binary64 spells (SPEC §1.3)",
+            data.replace(b'"update_norm":0.5', b'"update_norm":9007199254740993'),
+            "MANIFEST_MALFORMED",
+        ),
+        (
             "NaN update norm",
             data.replace(b'"update_norm":0.5', b'"update_norm":NaN'),
             "MANIFEST_MALFORMED",

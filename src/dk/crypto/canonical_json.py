@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 from typing import Any
 
 import rfc8785
@@ -111,6 +113,33 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+SAFE_RECURSION_LIMIT = 4000  # below it the C scanner raises RecursionError, never overflows
+_NOT_BRACKET = bytes(c for c in range(256) if c not in b"[]{}")
+
+
+def _nesting(data: bytes) -> int:
+    """Deepest ``[``/``{`` nesting of a document, strings skipped, before any parsing.
+
+    The C JSON scanner recurses once per level and stops at the interpreter's recursion limit;
+    when a library has raised that limit (PyTorch's compiler does), a hostile document could
+    exhaust the C stack instead (a segmentation fault, seen in the test suite), so the depth
+    is bounded first.
+    """
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKET)
+    if len(brackets) > 4096:  # vectorised for large documents
+        import numpy as np
+
+        b = np.frombuffer(brackets, dtype=np.uint8)
+        steps = np.where((b == 0x5B) | (b == 0x7B), 1, -1)
+        return int(np.cumsum(steps).max(initial=0))
+    depth = deepest = 0
+    for c in brackets:
+        depth += 1 if c in (0x5B, 0x7B) else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
 def _parse_int(text: str) -> int | float:
     # SPEC §1.3: an integer token beyond the integer range is a binary64 number, as in JCS
     # (ES writes doubles that are integers below 1e21 without fraction or exponent).
@@ -130,6 +159,12 @@ def parse_json(data: bytes, *, limit: int, what: str = "JSON document") -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise FormatError(f"{what} is not valid UTF-8") from None
+    if (
+        data.count(b"[") + data.count(b"{") > MAX_DEPTH
+        and sys.getrecursionlimit() > SAFE_RECURSION_LIMIT
+        and _nesting(data) > MAX_DEPTH
+    ):
+        raise FormatError(f"{what}: JSON nested deeper than {MAX_DEPTH}")
     try:
         value = json.loads(
             text,

@@ -66,10 +66,13 @@ def tensor_header(name: str, array: np.ndarray) -> bytes:
     raw = _name_bytes(name)
     if not 0 < len(raw) <= MAX_NAME_BYTES:
         raise FormatError(f"tensor name must be 1..{MAX_NAME_BYTES} UTF-8 bytes: {name!r}")
+    code = dtype_code(array.dtype)
+    if code is None:
+        raise FormatError(f"tensor {name!r}: dtype {array.dtype} is not encodable (SPEC §4.1)")
     return (
         struct.pack("<I", len(raw))
         + raw
-        + bytes([dtype_code(array.dtype), array.ndim])
+        + bytes([code, array.ndim])
         + b"".join(struct.pack("<Q", d) for d in array.shape)
     )
 
@@ -92,7 +95,7 @@ def _segments(tensors: Mapping[str, np.ndarray]) -> Iterator[memoryview]:
         arr = _as_le(name, np.asarray(tensors[name]))
         yield memoryview(tensor_header(name, arr))
         if arr.size:
-            yield memoryview(arr).cast("B")
+            yield memoryview(arr.data).cast("B")
 
 
 def encode_tensors(tensors: Mapping[str, np.ndarray]) -> bytes:

@@ -282,6 +282,8 @@ def parse_manifest(data: bytes) -> Manifest:
         n = iv["update_norm"]
         if isinstance(n, bool) or not isinstance(n, int | float) or n < 0:
             raise _bad(f"interval {i} update_norm must be a non-negative number")
+        if isinstance(n, int) and float(n) != n:  # SPEC §1.3: an integer token in a binary64
+            raise _bad(f"interval {i} update_norm {n} is not a binary64 value")
     if "proofs" in m and not isinstance(m["proofs"], list):
         raise _bad("proofs must be a list")
     del k_, steps

@@ -14,8 +14,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,23 +37,50 @@ def _copy_with_recipes(src: Path, dst: Path, case: dict[str, Any]) -> None:
         path.write_bytes(bytes.fromhex(content))
 
 
+@contextmanager
+def _srs_env(root: Path, srs: dict[str, str] | None, cache: Path) -> Iterator[None]:
+    """For zk cases: verify as a fresh verifier would, with the named SRS (SPEC IV §9.6) and
+    an empty cache (it builds its own circuit and keys)."""
+    if srs is None:
+        yield
+        return
+    saved = dict(os.environ)
+    os.environ.update(
+        DK_CACHE_DIR=str(cache),
+        DK_ZK_SRS=str(root / srs["path"]),
+        DK_ZK_SRS_SHA256=srs["sha256"],
+        DK_ZK_SRS_KIND=srs["kind"],
+    )
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _check_bundle(root: Path, case: dict[str, Any]) -> str:
     from dk.verifier import verify_bundle
 
     extra = dict(case.get("verify", {}))
     if not set(extra) <= _VERIFY_ARGS:
         return f"unsupported verify arguments {sorted(set(extra) - _VERIFY_ARGS)}"
+    if case.get("requires") == "ezkl":
+        try:
+            import ezkl  # noqa: F401
+        except ImportError:
+            return "needs ezkl"
     base = root / AREA
     with tempfile.TemporaryDirectory() as tmp:
         bundle = Path(tmp) / "bundle"
         _copy_with_recipes(base / case["dir"], bundle, case)
-        report = verify_bundle(
-            bundle,
-            base / case["job"],
-            beacon=bytes.fromhex(case["beacon"]),
-            samples=int(case["samples"]),
-            **extra,
-        )
+        with _srs_env(root, case.get("srs"), Path(tmp) / "cache"):
+            report = verify_bundle(
+                bundle,
+                base / case["job"],
+                beacon=bytes.fromhex(case["beacon"]),
+                samples=int(case["samples"]),
+                **extra,
+            )
     if report.ok != (case["result"] == "valid"):
         return f"verdict {report.verdict}, codes {report.codes}"
     if not report.ok and report.codes[0] != case["expected_reason"]:
@@ -105,15 +135,21 @@ def _check_challenge(root: Path, case: dict[str, Any]) -> str:
         return "" if ok else "parser refused a document it should accept"
     if case.get("expected_reason") == "FormatError":
         return "parser accepted a malformed challenge"
+    if case.get("requires") == "ezkl":
+        try:
+            import ezkl  # noqa: F401
+        except ImportError:
+            return "needs ezkl"
     base = root / AREA
-    report = verify_bundle(
-        base / case["dir"],
-        base / case["job"],
-        beacon=bytes.fromhex(str(doc["beacon"])),
-        samples=int(case["samples"]),
-        topq=int(case["topq"]),
-        replay=False,
-    )
+    with tempfile.TemporaryDirectory() as tmp, _srs_env(root, case.get("srs"), Path(tmp)):
+        report = verify_bundle(
+            base / case["dir"],
+            base / case["job"],
+            beacon=bytes.fromhex(str(doc["beacon"])),
+            samples=int(case["samples"]),
+            topq=int(case["topq"]),
+            replay=False,
+        )
     same = (
         doc["intervals"] == report.challenged
         and doc["job_id"] == report.job_id

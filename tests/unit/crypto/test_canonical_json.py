@@ -148,3 +148,21 @@ def test_parse_size_limit_names_the_document() -> None:
     with pytest.raises(FormatError, match="manifest is 9 bytes, over the 8-byte limit"):
         parse_json(b'{"a": 11}', limit=8, what="manifest")
     assert parse_json(b'{"a": 1}', limit=8) == {"a": 1}
+
+
+def test_deep_nesting_is_refused_even_with_a_raised_recursion_limit() -> None:
+    """A library that raised the recursion limit (PyTorch's compiler does) must not let a
+    100 000-deep document overflow the C stack of the JSON scanner (it segfaulted the suite)."""
+    import sys
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(1_000_000)
+    try:
+        for data in (b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 50_000 + b"1" + b"}" * 50_000):
+            with pytest.raises(FormatError, match="deeper than 32"):
+                parse_json(data, limit=1 << 20)
+        # brackets inside strings (escaped quotes included) do not count
+        inside = b'["' + b"[" * 100 + b'\\"' + b"{" * 100 + b'", ' + b"[" * 31 + b"]" * 31 + b"]"
+        assert len(parse_json(inside, limit=1 << 20)) == 2
+    finally:
+        sys.setrecursionlimit(old)
