@@ -2,12 +2,14 @@
 
 A checkpoint is a tensor set with these names:
 
-* ``model/<param>``: float32 weights;
+* ``model/<name>``: every parameter **and buffer** of the model (float32; int64 counters such
+  as BatchNorm's ``num_batches_tracked``);
 * ``optim/<param>/<state>``: optimizer state as the optimizer holds it (SGD ``momentum_buffer``,
-  absent before the first step; Adam ``exp_avg``, ``exp_avg_sq``, ``step``);
+  absent before the first step; Adam/AdamW ``exp_avg``, ``exp_avg_sq``, ``step``);
 * ``optim/<hparam>``: float64 scalars of the job's hyperparameters (``lr``, ``momentum``,
   ``weight_decay``; Adam ``beta1``, ``beta2``, ``eps``), checked against the job;
-* ``meta/step``: int64 scalar; ``sampler/state``: int64 ``[epoch, position]`` of the next step;
+* ``meta/step``: int64 scalar (also the whole state of dk's LR schedule, a function of the
+  step); ``sampler/state``: int64 ``[epoch, position]`` of the next step;
 * ``compress/...``: codec state, when the job compresses gradients.
 
 Its commitment is ``tensors_root`` (SPEC §4). Blobs are stored content-addressed as
@@ -26,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from dk.crypto.encoding import tensors_root
+from dk.crypto.numeric import model_update_norm
 from dk.errors import FormatError
-from dk.pol.models import init_params, param_specs
+from dk.pol.models import initial_state, param_names, state_specs
 
 Tensors = dict[str, np.ndarray]
 
@@ -66,7 +69,7 @@ ZK_DIGEST_KEY = "zk/params_digest"
 
 def initial_checkpoint(job: Any, steps_per_epoch: int) -> Tensors:
     """Checkpoint 0 as the job defines it (SPEC §10.2)."""
-    ck = {f"model/{k}": v for k, v in init_params(job.model, job.seed).items()}
+    ck = {f"model/{k}": v for k, v in initial_state(job).items()}
     ck.update(hparam_tensors(job))
     ck.update(meta_tensors(job, 0, steps_per_epoch))
     if job.train.get("compression"):
@@ -90,7 +93,7 @@ def _check_codec_state(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> Non
         raise FormatError(
             f"checkpoint at step {step}: {COUNTER_KEY} must be uint64[1]", reason="SHAPE_MISMATCH"
         )
-    shapes = {n: s for n, s, _ in param_specs(job.model)}
+    shapes = {n: s for n, s, _ in state_specs(job)}
     for k in keys:
         if k == COUNTER_KEY:
             continue
@@ -111,11 +114,15 @@ def expected_schema(job: Any, step: int) -> dict[str, tuple[str, tuple[int, ...]
     """Names, dtypes and shapes a checkpoint at ``step`` must have (codec state excluded)."""
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     t = job.train
-    for name, shape, _ in param_specs(job.model):
-        out[f"model/{name}"] = ("float32", shape)
+    specs = state_specs(job)
+    shapes = {name: shape for name, shape, _ in specs}
+    for name, shape, dtype in specs:
+        out[f"model/{name}"] = (dtype, shape)
+    for name in param_names(job):
+        shape = shapes[name]
         if step > 0 and t["optimizer"] == "sgd" and t["momentum"] > 0:
             out[f"optim/{name}/momentum_buffer"] = ("float32", shape)
-        if step > 0 and t["optimizer"] == "adam":
+        if step > 0 and t["optimizer"] in ("adam", "adamw"):
             out[f"optim/{name}/exp_avg"] = ("float32", shape)
             out[f"optim/{name}/exp_avg_sq"] = ("float32", shape)
             out[f"optim/{name}/step"] = ("float32", ())
@@ -134,13 +141,12 @@ def model_tensors(ck: Mapping[str, np.ndarray]) -> Tensors:
 
 
 def update_norm(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float:
-    """L2 norm (float64) of ``b - a`` over the model weights of two checkpoints."""
-    total = 0.0
-    for k in sorted(a):  # fixed order: the float64 sum must not depend on dict order
-        if k.startswith("model/"):
-            d = np.asarray(b[k], dtype=np.float64) - np.asarray(a[k], dtype=np.float64)
-            total += float(np.dot(d.ravel(), d.ravel()))
-    return float(np.sqrt(total))
+    """L2 norm (binary64) of ``b - a`` over the model weights of two checkpoints (SPEC §11.1).
+
+    Computed as the fold sum of SPEC §1.4, never a BLAS dot product, so the transcript leaf
+    holding it has the same bits on every machine.
+    """
+    return model_update_norm(a, b)
 
 
 def checkpoint_root(ck: Mapping[str, np.ndarray]) -> bytes:

@@ -6,11 +6,13 @@ loss, data, sampler), never from the bundle; the bundle only supplies the start 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from dk.crypto.numeric import fold_sum_inplace
 from dk.pol.checkpoint import Tensors, model_tensors
 from dk.pol.data import Dataset
 from dk.pol.job import JobSpec
@@ -24,7 +26,14 @@ class Replayer:
     supplies weights and optimizer state, which :meth:`run` loads afresh each time.
     """
 
-    def __init__(self, job: JobSpec, dataset: Dataset, *, threads: int | None = 1) -> None:
+    def __init__(
+        self,
+        job: JobSpec,
+        dataset: Dataset,
+        *,
+        threads: int | None = 1,
+        device: str | None = None,
+    ) -> None:
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
 
         self.job, self.dataset, self.threads = job, dataset, threads
@@ -32,12 +41,13 @@ class Replayer:
         self.kernels = KernelSession(job) if uses_kernels(job) else None
         if self.kernels is not None:  # dk kernels: torch is never imported (a fixed cost)
             return
-        from dk.pol.models import build_torch_model
-        from dk.pol.torch_adapter import make_loss, make_optimizer
+        from dk.pol.models import build_fresh
+        from dk.pol.torch_adapter import make_loss, make_optimizer, replay_device
 
-        self.model = build_torch_model(job.model)
+        self.device = replay_device(job, device)
+        self.model = build_fresh(job).to(self.device)
         self.optimizer = make_optimizer(job, self.model.parameters())
-        self.loss_fn = make_loss(job, dataset.output_dim)
+        self.loss_fn = make_loss(job, getattr(dataset, "output_dim", None))
 
     def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
         """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
@@ -48,9 +58,9 @@ class Replayer:
                 self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
             return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
         from dk.pol.torch_adapter import (
-            batch_tensors,
             compress_hook,
             deterministic,
+            job_batch,
             make_codec,
             restore,
             snapshot,
@@ -61,9 +71,20 @@ class Replayer:
         hook = compress_hook(codec)
         with deterministic(self.threads):
             restore(start, self.model, self.optimizer, self.job, codec)
+            self.model.train()
             for t in range(start_step, end_step):
-                x, y = batch_tensors(self.dataset, self.sampler.batch(t))
-                train_step(self.model, self.optimizer, self.loss_fn, x, y, hook)
+                x, y = job_batch(self.job, self.dataset, self.sampler, t)
+                train_step(
+                    self.model,
+                    self.optimizer,
+                    self.loss_fn,
+                    x,
+                    y,
+                    hook,
+                    job=self.job,
+                    step=t,
+                    device=self.device,
+                )
             return snapshot(
                 self.model, self.optimizer, self.job, end_step, self.sampler.steps_per_epoch, codec
             )
@@ -109,12 +130,13 @@ def distances(
     )
     upd_c, upd_r, diff = c - a, r - a, c - r
     tiny = np.finfo(np.float64).tiny
-    nc, nr = float(np.linalg.norm(upd_c)), float(np.linalg.norm(upd_r))
+    # SPEC §1.4: fixed-order sums, so the verdict l2 <= tolerance is the same on every machine.
+    nc, nr = (math.sqrt(fold_sum_inplace(u * u)) for u in (upd_c, upd_r))
     return {
-        "l2": float(np.linalg.norm(diff)) / max(nc, tiny),
+        "l2": math.sqrt(fold_sum_inplace(diff * diff)) / max(nc, tiny),
         "linf": float(np.max(np.abs(diff), initial=0.0))
         / max(float(np.max(np.abs(upd_c), initial=0.0)), tiny),
-        "cosine": float(np.dot(upd_c, upd_r)) / max(nc * nr, tiny),
+        "cosine": fold_sum_inplace(upd_c * upd_r) / max(nc * nr, tiny),
     }
 
 
