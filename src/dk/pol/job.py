@@ -273,7 +273,10 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         p["backend"] = (
             "dk" if p["mode"] == "exact" and not t["compression"] and not beyond else "torch"
         )
-    _choice(p, "backend", ("dk", "torch"))
+    # "rounded" = any float32 model on torch through the rounding log (SPEC Part VI).
+    _choice(p, "backend", ("dk", "torch", "rounded"))
+    if p["backend"] == "rounded" and (p["mode"] != "exact" or t["compression"]):
+        raise _fail("pol.backend = 'rounded' (rounding log) is for exact mode without compression")
     if p["backend"] == "dk" and p["mode"] != "exact":
         raise _fail("pol.backend = 'dk' (reproducible kernels) is for exact mode")
     if p["backend"] == "dk" and t["compression"]:

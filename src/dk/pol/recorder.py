@@ -41,6 +41,17 @@ from dk.pol.sampler import job_sampler
 
 if TYPE_CHECKING:
     import torch
+else:
+
+    class _LazyTorch:
+        """``torch`` imported on first use: a run on dk's kernels never imports it."""
+
+        def __getattr__(self, name: str) -> Any:
+            import torch
+
+            return getattr(torch, name)
+
+    torch = _LazyTorch()
 
 __all__ = ["JobMismatch", "Recorder", "TrainingDiverged"]
 
@@ -168,6 +179,11 @@ class Recorder:
         engine: Any = None,
     ) -> None:
         self.job = as_job(job)
+        if self.job.pol.get("backend") == "rounded":  # SPEC VI: not wired into the Recorder yet
+            raise JobMismatch(
+                "pol.backend = 'rounded': train with dk.pol.backends.session.record_run "
+                "(the Recorder does not write rounding logs yet)"
+            )
         self.run_dir = Path(run_dir)
         self.dataset = dataset if dataset is not None else load_dataset(self.job)
         check_data(self.job, self.dataset)

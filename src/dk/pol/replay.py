@@ -36,6 +36,13 @@ class Replayer:
     ) -> None:
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
 
+        if job.pol.get("backend") == "rounded":  # SPEC VI: replay needs the interval's log
+            from dk.errors import BackendUnavailable
+
+            raise BackendUnavailable(
+                "pol.backend = 'rounded': replay with dk.pol.backends.session.run_interval "
+                "and the interval's rounding log (not wired into bundles yet)"
+            )
         self.job, self.dataset, self.threads = job, dataset, threads
         self.sampler = job_sampler(job, len(dataset))
         self.kernels = KernelSession(job) if uses_kernels(job) else None
