@@ -70,10 +70,10 @@ def _jobs(tmp: Path, steps: int) -> dict[int, Path]:
     import numpy as np
 
     from dk.pol import default_job
-    from dk.pol.data import _digits
+    from dk.pol.data import load_dataset
 
-    d = _digits()
-    np.savez(tmp / "digits.npz", X=d.X, y=d.y)
+    d = load_dataset(default_job(steps=1))  # the built-in digits samples
+    np.savez(tmp / "digits.npz", X=np.asarray(d.X), y=np.asarray(d.y))
     out = {}
     for k in (50, 5):
         job = default_job(arch="cnn", steps=steps, interval=k, dataset="npz",
