@@ -4,6 +4,7 @@
 2. Recording overhead: ``dk train JOB`` / ``python -m bench.plain_train JOB`` (the same steps with
    no recording), a small CNN on the digits samples in exact mode on dk's kernels, 10,000 steps,
    k = 50 (target <= 1.02) and k = 5 (target <= 1.10).
+   Beside them, the Recorder's own CPU per checkpoint (in process, an engine that does nothing).
 3. Verification cost: ``dk verify --integrity challenged`` / ``dk train`` on the k = 5 run
    (2,000 intervals), s samples for 99 % detection of 10 % skipped intervals, top-q 0. The floor
    is s/m; target <= 1.1 x s/m. Also printed: the fixed cost (from the same verify with one
@@ -70,10 +71,10 @@ def _jobs(tmp: Path, steps: int) -> dict[int, Path]:
     import numpy as np
 
     from dk.pol import default_job
-    from dk.pol.data import _digits
+    from dk.pol.data import load_dataset
 
-    d = _digits()
-    np.savez(tmp / "digits.npz", X=d.X, y=d.y)
+    d = load_dataset(default_job(steps=1))  # the built-in digits samples
+    np.savez(tmp / "digits.npz", X=np.asarray(d.X), y=np.asarray(d.y))
     out = {}
     for k in (50, 5):
         job = default_job(arch="cnn", steps=steps, interval=k, dataset="npz",
@@ -98,6 +99,45 @@ def recording(tmp: Path, job: Path, k: int, target: float, reps: int) -> tuple[f
     print(f"  ratio wall {rw / pw:.3f}   CPU {rc / pc:.3f}   (target <= {target}: {verdicts})"
           f"   {_load()}")  # fmt: skip
     return rw, rc
+
+
+def recorder_cost(job_path: Path) -> None:
+    """The Recorder's own CPU per step and per checkpoint, in process: an engine whose step
+    does nothing, so only stepping bookkeeping, snapshots, hashing and blob writes remain."""
+    from dk.pol.data import load_dataset
+    from dk.pol.job import load_job
+    from dk.pol.kernel_adapter import KernelSession
+    from dk.pol.recorder import Recorder
+
+    job = load_job(job_path)
+    ds = load_dataset(job)
+    real = KernelSession(job)
+
+    class NoStep:
+        params = real.params
+
+        def step(self, x: object, y: object) -> float:
+            return 0.0
+
+        def snapshot(self, step: int, steps_per_epoch: int) -> dict[str, object]:
+            return real.snapshot(step, steps_per_epoch)  # type: ignore[return-value]
+
+    best = float("inf")
+    for rep in range(3):
+        out = job_path.parent / f"nostep{rep}"
+        rec = Recorder(job, out, dataset=ds, engine=NoStep())
+        c0 = time.process_time()
+        rec.start_engine()
+        for _ in range(job.steps):
+            rec.engine_step()
+        rec.finish()
+        best = min(best, time.process_time() - c0)
+        shutil.rmtree(out, ignore_errors=True)
+    n = job.num_intervals + 1
+    kb = sum(v.nbytes for v in real.snapshot(0, 1).values()) / 1e3
+    print(f"recorder CPU (no-op engine, {job.steps} steps, {n} checkpoints of {kb:.0f} kB): "
+          f"{best:.3f} s = {best / n * 1e3:.2f} ms per checkpoint incl. its {job.interval} "
+          f"steps   {_load()}")  # fmt: skip
 
 
 def verification(tmp: Path, job: Path, train: tuple[float, float], reps: int) -> None:
@@ -140,6 +180,7 @@ def main() -> None:
         startup(tmp, reps)
         jobs = _jobs(tmp, steps)
         recording(tmp, jobs[50], 50, 1.02, reps)
+        recorder_cost(jobs[5])
         train5 = recording(tmp, jobs[5], 5, 1.10, reps)
         verification(tmp, jobs[5], train5, reps)
     finally:

@@ -7,13 +7,16 @@ stderr. Expected errors print one line; a bug prints a traceback and exits 70.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from rich.console import Console
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 from dk.cli.exit_codes import ExitCode, exit_code_for
 
@@ -21,9 +24,20 @@ from dk.cli.exit_codes import ExitCode, exit_code_for
 class App:
     """Shared state of one ``dk`` invocation: consoles and rendering helpers."""
 
-    def __init__(self) -> None:
-        self.out = Console(highlight=False, soft_wrap=True)
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+    # The consoles (and rich) are made on first use: ``dk CMD --help`` never imports rich.
+    @functools.cached_property
+    def out(self) -> Console:
+        """Console for human output (stdout)."""
+        from rich.console import Console
+
+        return Console(highlight=False, soft_wrap=True)
+
+    @functools.cached_property
+    def err(self) -> Console:
+        """Console for messages (stderr)."""
+        from rich.console import Console
+
+        return Console(stderr=True, highlight=False, soft_wrap=True)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """Print human output to stdout."""

@@ -55,6 +55,12 @@ def _numba_threads(n: int | None) -> Iterator[None]:
         numba.set_num_threads(old)
 
 
+def _numba_num_threads() -> int:
+    import numba
+
+    return int(numba.get_num_threads())
+
+
 def uses_kernels(job: Any) -> bool:
     """True when the job trains and replays on dk's reproducible kernels."""
     return job.mode == "exact" and job.pol.get("backend", "dk") == "dk"
@@ -94,6 +100,8 @@ class KernelSession:
         }
         self.state: dict[str, np.ndarray] = {}
         self.threads = kernel_threads(job)
+        #: Numba's thread count while the last step ran (0 before the first step).
+        self.threads_used = 0
 
     def restore(self, ck: Mapping[str, np.ndarray]) -> None:
         """Load ``model/*`` and ``optim/<param>/*`` tensors of a checkpoint (copies)."""
@@ -109,9 +117,20 @@ class KernelSession:
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
         """One training step on a batch; returns the batch loss before the update."""
         with _numba_threads(self.threads):
+            self.threads_used = _numba_num_threads()
             return self.trainer.step(
                 self.params, self.state, np.ascontiguousarray(x, dtype=np.float32), y
             )
+
+    def parallel_workers(self, iterations: int = 4096) -> int:
+        """Distinct Numba worker threads that ran a parallel loop under this session's thread
+        setting (CPU): more than one shows that the kernels' parallel path runs."""
+        from dk.pol.exact._cpu import thread_ids
+
+        ids = np.full(iterations, -1, dtype=np.int64)
+        with _numba_threads(self.threads):
+            thread_ids(ids)
+        return len(set(ids.tolist()))
 
     def snapshot(self, step: int, steps_per_epoch: int) -> Tensors:
         """The checkpoint at ``step`` (SPEC §10.1)."""

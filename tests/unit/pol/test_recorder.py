@@ -298,3 +298,72 @@ def test_a_model_that_does_not_fit_the_data_is_refused(
     check_dims(wider, load_dataset(wider))
     with pytest.raises(FormatError, match="mse targets need 10"):
         check_dims(wider.with_updates(train={"loss": "mse"}), load_dataset(wider))
+
+
+_NO_TORCH = """
+import sys
+from pathlib import Path
+from tests.helpers import tiny_job
+from dk.pol import train_job
+from dk.pol.data import load_dataset
+from dk.pol.replay import Replayer, replay_matches
+from dk.pol.checkpoint import parse_blob
+from dk.pol.run import read_run
+job = tiny_job()
+info = train_job(job, Path(sys.argv[1]) / "run")
+assert "torch" not in sys.modules, "dk train on dk kernels imported torch"
+blob = lambda i: parse_blob((Path(sys.argv[1]) / "run" / "blobs" /
+                             f"{info.checkpoints[i].root}.safetensors").read_bytes())
+ok, _ = replay_matches(Replayer(job, load_dataset(job)), blob(0), blob(1),
+                       bytes.fromhex(info.checkpoints[1].root), 0, job.interval)
+assert ok
+assert "torch" not in sys.modules, "an exact replay on dk kernels imported torch"
+print("no torch")
+"""
+
+
+def test_engine_runs_and_exact_replays_never_import_torch(tmp_path: Path) -> None:
+    """Fixed cost (issue 11): torch is not loaded by recording or replaying on dk's kernels."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root)])}
+    r = subprocess.run([sys.executable, "-c", _NO_TORCH, str(tmp_path)], env=env,
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "no torch"
+
+
+def test_progress_is_throttled_but_sees_the_last_step(
+    job: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dk.pol.recorder as recorder
+
+    monkeypatch.setattr(recorder, "PROGRESS_PERIOD_S", 1e9)
+    seen: list[int] = []
+    train_job(job, tmp_path / "run", progress=seen.append)
+    assert seen == [1, job.steps]  # first step, then nothing until the last
+
+
+def test_run_is_made_durable_once_before_run_json(
+    job: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One sync of every blob and the log when the run completes, before run.json exists."""
+    import dk.pol.recorder as recorder
+
+    calls: list[tuple[list[Path], bool]] = []
+    run = tmp_path / "run"
+    monkeypatch.setattr(
+        recorder,
+        "sync_files",
+        lambda paths: calls.append((list(paths), (run / "run.json").exists())),
+    )
+    info = train_job(job, run)
+    assert len(calls) == 1
+    paths, run_json_existed = calls[0]
+    assert not run_json_existed
+    assert {p.name for p in paths} == {f"{c.root}.safetensors" for c in info.checkpoints} | {
+        "run.log.jsonl"
+    }

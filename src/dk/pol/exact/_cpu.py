@@ -14,7 +14,7 @@ hashes and writes checkpoints while a step computes. Only this module and ``_cud
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import get_thread_id, njit, prange
 
 from dk.pol.exact import _math
 
@@ -291,6 +291,14 @@ def adam_update(p, g, m, v, hyper, flags) -> None:  # type: ignore[no-untyped-de
     """Adam on flat float32 arrays in place (SPEC II §5.2); ``hyper`` as in ``_math.adam32``."""
     for i in range(p.shape[0]):
         p[i], m[i], v[i] = _adam(p[i], g[i], m[i], v[i], hyper, flags)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def thread_ids(out: np.ndarray) -> None:  # pragma: no cover - jitted
+    """``out[i]``: the id of the worker thread that ran iteration ``i`` of a parallel loop
+    (kernels split work the same way; used to show that the parallel path ran)."""
+    for i in prange(out.shape[0]):
+        out[i] = get_thread_id()
 
 
 class CpuBackend:

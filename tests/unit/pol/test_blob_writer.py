@@ -1,0 +1,77 @@
+"""The checkpoint blob writer (SPEC §10): atomic, idempotent, durable now or at a sync point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dk.pol.checkpoint as checkpoint
+from dk.pol.checkpoint import blob_name, checkpoint_root, parse_blob, sync_files, write_blob
+
+
+def _tensors() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return {
+        "model/w": rng.standard_normal((3, 5)).astype(np.float32),
+        "meta/step": np.array(4, dtype=np.int64),
+        "optim/lr": np.array(0.1, dtype=np.float64),
+    }
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_write_blob_round_trips_and_is_idempotent(tmp_path: Path, durable: bool) -> None:
+    t = _tensors()
+    root, path, size = write_blob(tmp_path, t, durable=durable)
+    assert root == checkpoint_root(t)
+    assert path == tmp_path / blob_name(root)
+    data = path.read_bytes()
+    assert size == len(data)
+    back = parse_blob(data)
+    assert set(back) == set(t)
+    for k, v in t.items():
+        assert back[k].dtype == v.dtype and np.array_equal(back[k], v)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    assert write_blob(tmp_path, t, durable=durable) == (root, path, size)
+
+
+def test_write_blob_leaves_no_temporary_file_on_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import safetensors.numpy
+
+    def torn(tensors: object, filename: Path) -> None:  # a write that dies half-way
+        Path(filename).write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(safetensors.numpy, "save_file", torn)
+    with pytest.raises(OSError, match="disk full"):
+        write_blob(tmp_path, _tensors())
+    assert list((tmp_path / "blobs").iterdir()) == []
+
+
+def test_durable_write_fsyncs_the_blob(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    real = checkpoint._fsync_path
+    monkeypatch.setattr(checkpoint, "_fsync_path", lambda p: (synced.append(p.name), real(p)))
+    write_blob(tmp_path / "a", _tensors(), durable=False)
+    assert synced == []
+    write_blob(tmp_path / "b", _tensors(), durable=True)
+    assert len(synced) == 1 and synced[0].startswith(".tmp-")
+
+
+def test_sync_files_falls_back_to_fsync_per_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, path, _ = write_blob(tmp_path, _tensors(), durable=False)
+    synced: list[Path] = []
+    monkeypatch.setattr(checkpoint, "_syncfs", lambda d: False)
+    monkeypatch.setattr(checkpoint, "_fsync_path", synced.append)
+    sync_files([path])
+    assert synced == [path, path.parent]  # the file, then its directory
+    synced.clear()
+    monkeypatch.setattr(checkpoint, "_syncfs", lambda d: True)
+    sync_files([path])
+    assert synced == []  # one syncfs covered it
+    sync_files([])
