@@ -180,7 +180,9 @@ class RoundedMode(TorchDispatchMode):
                     raise UnsupportedOp(
                         f"rounded backend: {func} on {a.dtype} (jobs are float32; SPEC VI §1)"
                     )
-                new.append(up.setdefault(id(a), a.to(_F64)))
+                if id(a) not in up:
+                    up[id(a)] = a.to(_F64)
+                new.append(up[id(a)])
             elif a is _F32:
                 new.append(_F64)
             else:
