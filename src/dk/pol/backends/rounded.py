@@ -1,19 +1,22 @@
 """The rounding-log backend: exact replay of any float32 PyTorch model (SPEC VI).
 
 :class:`RoundedMode` is a ``TorchDispatchMode`` that sees every ATen operation of forward,
-backward and optimizer alike. Operations are sorted into three tables (SPEC VI §1):
+backward and optimizer alike. Operations fall in four classes (SPEC VI §1, ``ops.py``):
 
 * **exact** operations (data movement, and float32 arithmetic that IEEE-754 rounds once:
   ``add``/``sub`` without ``alpha``, ``mul``, ``div``, ``sqrt``, comparisons, ReLU, max, ...)
   run untouched: their float32 result is the same on every thread count;
-* **covered** operations (reductions: matmul, conv, sums, norms, softmax, losses; fused or
-  transcendental elementwise kernels whose vectorised and scalar paths differ) run on float64
-  copies of their float32 inputs; every float64 output is a *rounding site*, rounded to float32
-  here (:meth:`RoundedMode.round_site`), where the log is written (record) or followed (replay);
+* **split** operations (``add`` with ``alpha``, ``addcmul``, ``addcdiv``, ``lerp``) run as
+  separately rounded float32 operations (``split.py``);
+* **covered** operations (reductions: matmul, conv, sums, norms, softmax, losses; transcendental
+  elementwise kernels whose vectorised and scalar paths differ) run on float64 copies of their
+  float32 inputs; every float64 output is a *rounding site*, rounded to float32 here
+  (:meth:`RoundedMode.round_site`), where the log is written (record) or followed (replay);
 * anything else on floating tensors raises :class:`UnsupportedOp` at record time.
 
-In-place and ``out=`` operations (optimizer steps, ``_foreach_*_``) run on the float64 copies and
-the rounded result is written back into the caller's tensor.
+In-place and ``out=`` covered operations (batch-norm running statistics, ``_foreach_norm``
+outputs) run on the float64 copies and the rounded result is written back into the caller's
+tensor.
 """
 
 from __future__ import annotations
@@ -142,7 +145,7 @@ class RoundedMode(TorchDispatchMode):
 
     @classmethod
     def replay(cls, log: RoundingLog) -> RoundedMode:
-        """A mode that follows ``log`` (check it first with ``log.check_binding``, SPEC VI §4)."""
+        """A mode that follows ``log`` (check it first with ``log.check_binding``: SPEC VI §4)."""
         return cls(job_id=log.job_id, interval=log.interval, tau_log2=log.tau_log2, log=log)
 
     # -- the dispatch ------------------------------------------------------------------------
@@ -159,7 +162,10 @@ class RoundedMode(TorchDispatchMode):
                 return self._covered(func, args, kwargs)
             if kind == op_tables.SPLIT:
                 return run_split(func, args, kwargs)
-            out = func(*args, **kwargs)  # no float inputs: allowed unless it makes floats
+            # not in the tables: allowed only when no floating tensor goes in or comes out
+            if any(_is_float(t) for t in tree_flatten((args, kwargs))[0]):
+                raise UnsupportedOp(op_tables.unsupported_message(func))
+            out = func(*args, **kwargs)
             if any(_is_float(t) for t in tree_flatten(out)[0]):
                 raise UnsupportedOp(op_tables.unsupported_message(func))
             return out
