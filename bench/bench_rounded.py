@@ -3,11 +3,13 @@
 Per model and size, one interval of ``STEPS`` steps: training time rounded / plain (target
 <= 2.5x on CPU), replay time / recorded training time (target <= 1.1x), and log bytes per
 interval / checkpoint bytes (target <= 1 %). Every figure is measured in this run, on torch's
-current thread count; the first step of each run warms up and is not timed.
+thread count ``DK_BENCH_THREADS`` (default 1: on a shared machine a second thread measures the
+neighbours more than torch); the first step of each run warms up and is not timed.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -58,6 +60,7 @@ def main() -> None:
     """Print one row per model and size with the three ratios against their targets."""
     import torch
 
+    torch.set_num_threads(int(os.environ.get("DK_BENCH_THREADS", "1")))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {STEPS} steps/interval")
     print(f"{'model':8} {'width':>5} {'plain s':>8} {'round s':>8} {'train x':>8} "
           f"{'replay x':>8} {'log B':>8} {'ckpt B':>9} {'log/ckpt':>9}")  # fmt: skip

@@ -1,19 +1,22 @@
 """The rounding-log backend: exact replay of any float32 PyTorch model (SPEC VI).
 
 :class:`RoundedMode` is a ``TorchDispatchMode`` that sees every ATen operation of forward,
-backward and optimizer alike. Operations are sorted into three tables (SPEC VI §1):
+backward and optimizer alike. Operations fall in four classes (SPEC VI §1, ``ops.py``):
 
 * **exact** operations (data movement, and float32 arithmetic that IEEE-754 rounds once:
   ``add``/``sub`` without ``alpha``, ``mul``, ``div``, ``sqrt``, comparisons, ReLU, max, ...)
   run untouched: their float32 result is the same on every thread count;
-* **covered** operations (reductions: matmul, conv, sums, norms, softmax, losses; fused or
-  transcendental elementwise kernels whose vectorised and scalar paths differ) run on float64
-  copies of their float32 inputs; every float64 output is a *rounding site*, rounded to float32
-  here (:meth:`RoundedMode.round_site`), where the log is written (record) or followed (replay);
+* **split** operations (``add`` with ``alpha``, ``addcmul``, ``addcdiv``, ``lerp``) run as
+  separately rounded float32 operations (``split.py``);
+* **covered** operations (reductions: matmul, conv, sums, norms, softmax, losses; transcendental
+  elementwise kernels whose vectorised and scalar paths differ) run on float64 copies of their
+  float32 inputs; every float64 output is a *rounding site*, rounded to float32 here
+  (:meth:`RoundedMode.round_site`), where the log is written (record) or followed (replay);
 * anything else on floating tensors raises :class:`UnsupportedOp` at record time.
 
-In-place and ``out=`` operations (optimizer steps, ``_foreach_*_``) run on the float64 copies and
-the rounded result is written back into the caller's tensor.
+In-place and ``out=`` covered operations (batch-norm running statistics, ``_foreach_norm``
+outputs) run on the float64 copies and the rounded result is written back into the caller's
+tensor.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from dk.crypto.hashing import tagged_hash
 from dk.errors import FormatError
 from dk.pol.backends import ops as op_tables
+from dk.pol.backends._scan import round_scan
 from dk.pol.backends.log import (
     EMPTY_TRACE,
     LOG_INVALID,
@@ -46,7 +50,6 @@ DEFAULT_TAU_LOG2 = 12
 _M29 = (1 << 29) - 1
 _HALF = 1 << 28
 _TINY = 2.0**-125  # below this |value| the float32 gap is 2^-149 (subnormal spacing)
-_EXP32 = 0x7F800000
 _F32 = torch.float32
 _F64 = torch.float64
 
@@ -81,22 +84,19 @@ def boundary_distance(v: np.ndarray) -> np.ndarray:
     return dist
 
 
-def _band(v: np.ndarray, r: np.ndarray, t_bits: int) -> np.ndarray:
-    """Flat indices of the elements within ``t_bits`` (2^-29 gaps) of a boundary.
+def _band(v: np.ndarray, t_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(float32 rounding of v, flat indices within t_bits of a boundary)`` (SPEC VI §2).
 
-    ``v`` is flat contiguous float64, ``r`` its float32 rounding. The bit test is exact in the
-    float32 normal range; candidates are re-checked and tiny values handled exactly.
+    ``v`` is flat contiguous float64; ``t_bits`` in units of 2^-29 gap. The fused bit test is
+    exact in the float32 normal range; candidates are re-checked, tiny values handled exactly.
     """
-    t = v.view(np.int64) - (_HALF - t_bits)
-    t &= _M29
-    idx = np.flatnonzero(t <= 2 * t_bits)
+    r, idx, any_tiny = round_scan(v, _HALF - t_bits, 2 * t_bits)
     if idx.size:
         idx = idx[boundary_distance(v[idx]) <= t_bits]  # drop non-finite / tiny candidates
-    if ((r.view(np.int32) & _EXP32) <= 0x00800000).any():  # some |r| < 2^-125, or zero
+    if any_tiny:  # some 0 < |v| < 2^-125: the gap is 2^-149 there
         tiny = np.flatnonzero((v != 0) & (np.abs(v) < _TINY))
-        if tiny.size:
-            idx = np.union1d(idx, tiny[boundary_distance(v[tiny]) <= t_bits])
-    return idx
+        idx = np.union1d(idx, tiny[boundary_distance(v[tiny]) <= t_bits])
+    return r, idx
 
 
 def _neighbour(r: np.ndarray, v: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -145,7 +145,7 @@ class RoundedMode(TorchDispatchMode):
 
     @classmethod
     def replay(cls, log: RoundingLog) -> RoundedMode:
-        """A mode that follows ``log`` (bind it first with ``log.check_binding``)."""
+        """A mode that follows ``log`` (check it first with ``log.check_binding``: SPEC VI §4)."""
         return cls(job_id=log.job_id, interval=log.interval, tau_log2=log.tau_log2, log=log)
 
     # -- the dispatch ------------------------------------------------------------------------
@@ -162,7 +162,10 @@ class RoundedMode(TorchDispatchMode):
                 return self._covered(func, args, kwargs)
             if kind == op_tables.SPLIT:
                 return run_split(func, args, kwargs)
-            out = func(*args, **kwargs)  # no float inputs: allowed unless it makes floats
+            # not in the tables: allowed only when no floating tensor goes in or comes out
+            if any(_is_float(t) for t in tree_flatten((args, kwargs))[0]):
+                raise UnsupportedOp(op_tables.unsupported_message(func))
+            out = func(*args, **kwargs)
             if any(_is_float(t) for t in tree_flatten(out)[0]):
                 raise UnsupportedOp(op_tables.unsupported_message(func))
             return out
@@ -180,7 +183,9 @@ class RoundedMode(TorchDispatchMode):
                     raise UnsupportedOp(
                         f"rounded backend: {func} on {a.dtype} (jobs are float32; SPEC VI §1)"
                     )
-                new.append(up.setdefault(id(a), a.to(_F64)))
+                if id(a) not in up:
+                    up[id(a)] = a.to(_F64)
+                new.append(up[id(a)])
             elif a is _F32:
                 new.append(_F64)
             else:
@@ -216,27 +221,25 @@ class RoundedMode(TorchDispatchMode):
         nb = name.encode()
         dims = struct.pack(f"<B{v.dim()}Q", v.dim(), *v.shape)
         self.trace = tagged_hash(TAG_TRACE, self.trace, struct.pack("<I", len(nb)), nb, dims)
-        vc = v.detach().contiguous().view(-1)
-        r = vc.to(_F32)
-        vn, rn = vc.cpu().numpy(), r.cpu().numpy()  # no copy on CPU
+        vn = v.detach().contiguous().view(-1).cpu().numpy()  # no copy on CPU
         if self.replaying:
-            if self._follow(site, vn, rn) and r.device.type != "cpu":
-                r = torch.from_numpy(rn).to(r.device)
+            rn = self._follow(site, vn)
         else:
-            idx = _band(vn, rn, self.t_bits)
+            rn, idx = _band(vn, self.t_bits)
             if idx.size:
                 self._count += idx.size
                 if self._count > MAX_ENTRIES:
                     raise UnsupportedOp("rounded backend: rounding log over its entry limit")
                 ups = rn[idx].astype(np.float64) > vn[idx]
                 self._rec.append((site, idx, ups, boundary_distance(vn[idx])))
+        r = torch.from_numpy(rn).to(v.device)
         r = r.view(v.shape)
         if v.is_contiguous():
             return r
         return torch.empty_strided(v.shape, v.stride(), dtype=_F32, device=v.device).copy_(r)
 
-    def _follow(self, site: int, v: np.ndarray, r: np.ndarray) -> bool:
-        """Check the log's entries of ``site`` against ``v`` and apply them to ``r``."""
+    def _follow(self, site: int, v: np.ndarray) -> np.ndarray:
+        """Check the log's entries of ``site`` against ``v``; the float32 rounding they give."""
         elems, ups = self._given.get(site, (_EMPTY, _EMPTY_B))
         if elems.size:
             if int(elems[-1]) >= v.size:
@@ -253,7 +256,7 @@ class RoundedMode(TorchDispatchMode):
                     "rounding boundary in the verifier's computation",
                     reason=LOG_INVALID,
                 )
-        need = _band(v, r, self.t_bits // 2)
+        r, need = _band(v, self.t_bits // 2)
         if need.size:
             missing = need[~np.isin(need, elems)]
             if missing.size:
@@ -264,8 +267,7 @@ class RoundedMode(TorchDispatchMode):
                 )
         if elems.size:
             r[elems] = _neighbour(r[elems], v[elems], ups)
-            return True
-        return False
+        return r
 
     def finish(self) -> RoundingLog:
         """End the interval: the recorded log, or (replay) check the site count and trace."""

@@ -1,0 +1,54 @@
+"""A simulated second machine: float64 results perturbed far below τ/2, as another BLAS would.
+
+Without the log, the two machines' float32 training diverges (some elements near a rounding
+boundary flip); following the first machine's log, the second reaches the same root. This is
+the mechanism's whole point, checked where one process can play both machines.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from dk.pol.backends import examples as ex
+from dk.pol.backends.log import RoundingLog
+from dk.pol.backends.rounded import RoundedMode
+from dk.pol.checkpoint import checkpoint_root
+
+CFG = {"seed": 5, "width": 256, "batch": 64}
+REL = 2.0**-38  # 2^14 units of 2^-29 gap: 1/8 of t for k = 12, far below the t/2 margin
+
+
+class _OtherMachine(RoundedMode):
+    """Every float64 site result multiplied by 1 + u·2^-38, u ∈ {-1, 0, 1} (seeded per site)."""
+
+    def round_site(self, v: torch.Tensor, name: str = "") -> torch.Tensor:
+        g = torch.Generator().manual_seed(self.sites)
+        u = torch.randint(-1, 2, v.shape, generator=g).to(torch.float64)
+        return super().round_site(v * (1.0 + u * REL), name)
+
+
+def _train(mode: RoundedMode) -> bytes:
+    b = ex.build("mlp", **CFG)
+    ex.train(b, range(3), lambda: mode)
+    mode.finish()
+    return checkpoint_root(ex.state_tensors(b["model"], b["opt"]))
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def test_log_makes_the_other_machine_agree() -> None:
+    first = RoundedMode.record(job_id=bytes(32), interval=0)
+    root = _train(first)
+    log: RoundingLog = first.finish()
+    alone = _train(_OtherMachine(job_id=bytes(32), interval=0, tau_log2=12, log=None))
+    assert alone != root  # without the log the machines disagree
+    assert _train(_OtherMachine.replay(log)) == root  # following the log they agree
