@@ -68,10 +68,21 @@ def _ops(tmp: Path, durable: bool) -> dict[str, float]:
         m.execute(c.request("deposit", amount=10**12))
     m.execute(registration_request(validator, BlsKey.from_seed(bytes([9]) * 32), 100))
     job = "ab" * 32
-    orders = [consumer.request("order", job_id=job, max_price=1000, min_stake=1,
-                               deadline=T + 10**6, tags={"region": "eu"}) for _ in range(N)]
-    bids = [worker.request("bid", price=500 + i % 100, capacity=1, stake=2,
-                           tags={"region": "eu"}) for i in range(N)]
+    orders = [
+        consumer.request(
+            "order",
+            job_id=job,
+            max_price=1000,
+            min_stake=1,
+            deadline=T + 10**6,
+            tags={"region": "eu"},
+        )
+        for _ in range(N)
+    ]
+    bids = [
+        worker.request("bid", price=500 + i % 100, capacity=1, stake=2, tags={"region": "eu"})
+        for i in range(N)
+    ]
     out: dict[str, float] = {}
     ids: list[str] = []
     t0 = time.perf_counter()
@@ -116,10 +127,11 @@ def _settlement(tmp: Path, rounds: int = 3) -> dict[str, float]:
     the verifier stubbed out."""
     clock = _Clock()
     cfg = MarketConfig(k=2, n=2, window=10, clock="test")
-    m = Market.create(tmp / "settle.db", config=cfg, verify=lambda *a, **k: _Report(),
-                      clock=clock)
-    c, w = Client(SigningKey(bytes([1]) * 32), m.market_id), Client(SigningKey(bytes([2]) * 32),
-                                                                    m.market_id)
+    m = Market.create(tmp / "settle.db", config=cfg, verify=lambda *a, **k: _Report(), clock=clock)
+    c, w = (
+        Client(SigningKey(bytes([1]) * 32), m.market_id),
+        Client(SigningKey(bytes([2]) * 32), m.market_id),
+    )
     vals = [Client(SigningKey(bytes([10 + i]) * 32), m.market_id) for i in range(2)]
     bls = [BlsKey.from_seed(bytes([20 + i]) * 32) for i in range(2)]
     for x in (c, w, *vals):
@@ -129,12 +141,14 @@ def _settlement(tmp: Path, rounds: int = 3) -> dict[str, float]:
     beacon, accept, release = [], [], []
     for i in range(rounds):
         clock.t = T
-        oid = m.execute(c.request("order", job_id=f"{i:064x}", max_price=10, min_stake=0,
-                                  deadline=T + 100))["order_id"]
+        oid = m.execute(
+            c.request("order", job_id=f"{i:064x}", max_price=10, min_stake=0, deadline=T + 100)
+        )["order_id"]
         m.execute(w.request("bid", price=10, capacity=1, stake=0))
         m.execute(c.request("match", order_id=oid))
-        m.execute(w.request("submit", order_id=oid, transcript_root="11" * 32,
-                            manifest_digest="22" * 32))
+        m.execute(
+            w.request("submit", order_id=oid, transcript_root="11" * 32, manifest_digest="22" * 32)
+        )
         t0 = time.perf_counter()
         for v, b in zip(vals, bls, strict=True):
             m.execute(share_request(m, v, b, oid))
@@ -145,8 +159,14 @@ def _settlement(tmp: Path, rounds: int = 3) -> dict[str, float]:
             record_verification(tx, oid, bytes.fromhex(m.order(oid)["beacon"]), _Report(), T)
         msg = attestation_message(m.market_id, oid, bytes(32))
         for v, b in zip(vals, bls, strict=True):
-            m.execute(v.request("attest", order_id=oid, report_digest="00" * 32,
-                                signature=b.bls.sign(b.sk, msg).hex()))
+            m.execute(
+                v.request(
+                    "attest",
+                    order_id=oid,
+                    report_digest="00" * 32,
+                    signature=b.bls.sign(b.sk, msg).hex(),
+                )
+            )
         clock.t = T + 1
         t0 = time.perf_counter()
         m.accept(oid)
@@ -156,9 +176,11 @@ def _settlement(tmp: Path, rounds: int = 3) -> dict[str, float]:
         m.settle(oid)
         release.append(time.perf_counter() - t0)
     m.close()
-    return {"beacon (2 shares, py_ecc)": statistics.median(beacon),
-            "accept (k=2, py_ecc)": statistics.median(accept),
-            "release after window": statistics.median(release)}
+    return {
+        "beacon (2 shares, py_ecc)": statistics.median(beacon),
+        "accept (k=2, py_ecc)": statistics.median(accept),
+        "release after window": statistics.median(release),
+    }
 
 
 def main() -> None:
@@ -171,8 +193,10 @@ def main() -> None:
         settle = _settlement(tmp)
     print(f"{'operation':<28}{'ops/s (FULL)':>14}{'ops/s (NORMAL)':>16}{'vs sqlite':>11}")
     for name in durable:
-        print(f"{name:<28}{durable[name]:>14.0f}{fast[name]:>16.0f}"
-              f"{durable[name] / base['sqlite commit']:>10.2f}x")
+        print(
+            f"{name:<28}{durable[name]:>14.0f}{fast[name]:>16.0f}"
+            f"{durable[name] / base['sqlite commit']:>10.2f}x"
+        )
     for name, v in base.items():
         print(f"{'baseline: ' + name:<28}{v:>14.0f}")
     modes = (("NORMAL (WAL, crash-safe)", fast), ("FULL (fsync each commit)", durable))
