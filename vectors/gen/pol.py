@@ -22,7 +22,7 @@ from dk.crypto.merkle import leaf_hash, merkle_root
 from dk.crypto.stream import stream_key, stream_words
 from dk.errors import FormatError
 from dk.pol.checkpoint import checkpoint_root, initial_checkpoint, parse_blob
-from dk.pol.data import data_root, load_dataset, sample_leaf
+from dk.pol.data import Dataset, data_root, load_dataset
 from dk.pol.job import JobSpec, parse_job
 from dk.pol.jobinit import default_job
 from dk.pol.models import init_params, param_specs
@@ -70,11 +70,23 @@ VALID_JOBS = [
     ("minimal job: every default filled in", DIMS),
     (
         "data.path is not hashed (same job_id as the next case)",
-        DIMS + '[data]\ndataset = "npz"\npath = "a.npz"\n',
+        DIMS + '[data]\nkind = "npz"\npath = "a.npz"\n',
     ),
     (
         "data.path is not hashed (same job_id as the previous case)",
-        DIMS + '[data]\ndataset = "npz"\npath = "sub/b.npz"\n',
+        DIMS + '[data]\nkind = "npz"\npath = "sub/b.npz"\n',
+    ),
+    (
+        "a token file: dtype and seq_len are hashed, path is not",
+        DIMS + '[data]\nkind = "tokens"\npath = "t.bin"\nseq_len = 16\n',
+    ),
+    (
+        "a shard directory",
+        DIMS + '[data]\nkind = "shards"\npath = "shards"\n',
+    ),
+    (
+        "an image folder: the decoder is hashed, mode defaults to RGB",
+        DIMS + '[data]\nkind = "images"\npath = "img"\ndecoder = "pillow==11.3.0"\n',
     ),
     (
         "integers given for float keys are normalised to floats",
@@ -95,6 +107,33 @@ VALID_JOBS = [
     ("compressed job: codec spelled canonically", DIMS + "[train]\ncompression = 'topk:0.01'\n"),
     ("cnn with input_shape", "[model]\narch = 'cnn'\ninput_shape = [1, 8, 8]\noutput_dim = 10\n"),
     ("non-ASCII name", "name = 'r\u00e9seau \u2014 \u6570\u5b57'\n" + DIMS),
+    (
+        "v2 training: nesterov, step decay, warm-up, clipping, accumulation, augmentation, bf16",
+        "[model]\narch = 'cnn'\ninput_shape = [3, 8, 8]\noutput_dim = 10\n[train]\n"
+        "nesterov = true\nschedule = 'step'\nstep_size = 100\ngamma = 0.5\nwarmup_steps = 10\n"
+        "clip_norm = 1\naccumulation = 2\naugment = ['flip', 'crop:4']\nprecision = 'bf16'\n"
+        "label_smoothing = 0.1\n[pol]\nmode = 'tolerant'\ntolerance = 0.01\n",
+    ),
+    (
+        "model file with kwargs, adamw, cosine, next-token loss, cuda",
+        "[model]\nsource = 'models/lm.py'\nfactory = 'make'\nsource_sha256 = '" + "cd" * 32 + "'\n"
+        "[model.kwargs]\nlayers = 2\ndropout = 0.1\nvocab = 256\n[train]\noptimizer = 'adamw'\n"
+        "weight_decay = 0.1\nschedule = 'cosine'\nmin_lr = 0.0001\nloss = "
+        "'next_token_cross_entropy'\ndevice = 'cuda'\n[pol]\nmode = 'tolerant'\n"
+        "tolerance = 0.05\n",
+    ),
+    (
+        "pinned entry point",
+        "[model]\nentry = 'mypkg.nets:resnet'\ndistribution = 'mypkg'\ndist_version = '1.2.0'\n"
+        "module_sha256 = '" + "ef" * 32 + "'\n",
+    ),
+    (
+        "fine-tuning from init.safetensors (init.path is not hashed)",
+        DIMS
+        + "[init]\nmethod = 'file'\npath = 'weights/init.safetensors'\nroot = '"
+        + "12" * 32
+        + "'\n",
+    ),
 ]
 
 INVALID_JOBS = [
@@ -112,8 +151,45 @@ INVALID_JOBS = [
     ("powersgd is not replayable", DIMS + "[train]\ncompression = 'powersgd:rank=2'\n"),
     ("unknown table", DIMS + "[extra]\na = 1\n"),
     ("unknown key in [model]", DIMS + "depth = 3\n"),
-    ("unknown key in [train]", DIMS + "[train]\nnesterov = true\n"),
-    ("version 2", "version = 2\n" + DIMS),
+    ("unknown key in [train]", DIMS + "[train]\nmomentumm = 0.5\n"),
+    ("version 1 (job format 1: data.dataset, per-sample data leaves)", "version = 1\n" + DIMS),
+    ("version 3", "version = 3\n" + DIMS),
+    ("nesterov without momentum", DIMS + "[train]\nnesterov = true\nmomentum = 0.0\n"),
+    ("nesterov with adam", DIMS + "[train]\nnesterov = true\noptimizer = 'adam'\n"),
+    ("step schedule without step_size", DIMS + "[train]\nschedule = 'step'\n"),
+    ("unknown schedule", DIMS + "[train]\nschedule = 'cyclic'\n"),
+    ("batch not divisible into micro-batches", DIMS + "[train]\naccumulation = 3\n"),
+    ("unknown augmentation", DIMS + "[train]\naugment = ['rotate:5']\n"),
+    ("crop without padding", DIMS + "[train]\naugment = ['crop']\n"),
+    ("label smoothing with mse", DIMS + "[train]\nloss = 'mse'\nlabel_smoothing = 0.1\n"),
+    ("unknown precision", DIMS + "[train]\nprecision = 'fp8'\n"),
+    ("unknown device", DIMS + "[train]\ndevice = 'tpu'\n"),
+    (
+        "dk kernels with a schedule",
+        DIMS + "[train]\nschedule = 'cosine'\n[pol]\nbackend = 'dk'\n",
+    ),
+    (
+        "zk mode with adamw",
+        DIMS + "[train]\noptimizer = 'adamw'\nmomentum = 0.0\n[pol]\nmode = 'zk'\n",
+    ),
+    ("model.source escaping the job's folder", "[model]\nsource = '../model.py'\n"),
+    ("model.source not a .py file", "[model]\nsource = 'model.so'\n"),
+    (
+        "model.source and model.entry together",
+        "[model]\nsource = 'model.py'\nentry = 'pkg.mod:build'\n",
+    ),
+    ("model.entry without the pinned distribution", "[model]\nentry = 'pkg.mod:build'\n"),
+    (
+        "model.entry without module_sha256",
+        "[model]\nentry = 'pkg.mod:build'\ndistribution = 'pkg'\ndist_version = '1.0'\n",
+    ),
+    (
+        "registry dims on a model file",
+        "[model]\nsource = 'model.py'\noutput_dim = 10\nsource_sha256 = '" + "ab" * 32 + "'\n",
+    ),
+    ("init from a file without init.root", DIMS + "[init]\nmethod = 'file'\n"),
+    ("seeded construction of a registry model", DIMS + "[init]\nmethod = 'seeded'\n"),
+    ("unknown key in [init]", DIMS + "[init]\nsource = 'x'\n"),
     ("seed 2^63", "seed = 9223372036854775808\n" + DIMS),
     ("negative seed", "seed = -1\n" + DIMS),
     ("unknown architecture", "[model]\narch = 'transformer'\n"),
@@ -135,8 +211,14 @@ INVALID_JOBS = [
     ("data.root in uppercase hex", DIMS + "[data]\nroot = '" + "AB" * 32 + "'\n"),
     ("pol.worker too short", DIMS + "[pol]\nworker = 'abcd'\n"),
     ("pol.init_root not hex", DIMS + "[pol]\ninit_root = '" + "zz" * 32 + "'\n"),
-    ("npz dataset without data.path", DIMS + "[data]\ndataset = 'npz'\n"),
-    ("unknown dataset", DIMS + "[data]\ndataset = 'mnist'\n"),
+    ("npz dataset without data.path", DIMS + "[data]\nkind = 'npz'\n"),
+    ("unknown data kind", DIMS + "[data]\nkind = 'mnist'\n"),
+    ("data.dataset (job format 1's name of data.kind)", DIMS + "[data]\ndataset = 'npz'\n"),
+    ("tokens without seq_len", DIMS + "[data]\nkind = 'tokens'\npath = 't.bin'\n"),
+    ("tokens of dtype i1", DIMS + "[data]\nkind = 'tokens'\npath='t'\nseq_len=4\ndtype = 'i1'\n"),
+    ("seq_len on an npz job", DIMS + "[data]\nkind = 'npz'\npath = 'd.npz'\nseq_len = 4\n"),
+    ("images without a decoder", DIMS + "[data]\nkind = 'images'\npath = 'img'\n"),
+    ("shards without data.path", DIMS + "[data]\nkind = 'shards'\n"),
     ("cnn height not divisible by 4", "[model]\narch = 'cnn'\ninput_shape = [1, 6, 8]\n"),
     ("input_shape of rank 2", "[model]\narch = 'cnn'\ninput_shape = [8, 8]\n"),
     ("[model] is not a table", "model = 3\n"),
@@ -202,8 +284,52 @@ REG_X = (np.arange(12, dtype=np.float32).reshape(3, 2, 2) - 5).astype(np.float32
 REG_Y = np.array([[0.5, -1.0], [2.0, 0.25], [1e-3, 3.0]], dtype=np.float32)
 
 
+def _stream(meta: dict[str, Any], payload: bytes) -> bytes:
+    raw = canonical_json(meta)
+    return b"DKD1" + struct.pack("<I", len(raw)) + raw + payload
+
+
+def _chunk_root(stream: bytes) -> str:
+    chunks = [stream[i : i + 65536] for i in range(0, len(stream), 65536)]
+    return merkle_root([leaf_hash(c) for c in chunks]).hex()
+
+
+def _arrays_meta(X: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    return {
+        "format": "arrays",
+        "x": {"dtype": X.dtype.name, "shape": list(X.shape)},
+        "y": {"dtype": y.dtype.name, "shape": list(y.shape)},
+    }
+
+
+TINY_TOKENS = (np.arange(11, dtype=np.uint16) * 37 + 3).astype(np.uint16)
+
+
+def _tiny_images() -> dict[str, bytes]:
+    from dk.pol.data.synth import png_bytes
+
+    g = np.arange(16, dtype=np.uint8).reshape(4, 4) * 16
+    return {
+        "cat/a.png": png_bytes(np.stack([g, g, g], -1)),
+        "cat/b.png": png_bytes(np.stack([g.T, g, 255 - g], -1)),
+        "dog/c.png": png_bytes(np.stack([255 - g, g.T, g], -1)),
+    }
+
+
+def _images_meta(files: dict[str, bytes]) -> dict[str, Any]:
+    classes = sorted({k.split("/")[0] for k in files})
+    return {
+        "classes": classes,
+        "files": [[classes.index(k.split("/")[0]), k, len(v)] for k, v in sorted(files.items())],
+        "format": "images",
+    }
+
+
 def data_cases() -> list[Case]:
-    """Data roots of digits and of tiny in-vector datasets; ``.npz`` files to accept or reject."""
+    """Data streams and roots of every format (SPEC §7): digits, arrays, .npz, shards,
+    token files and image folders, with files to accept or reject."""
+    from dk.vectors.pol import images_root, shards_root, tokens_root
+
     ds = load_dataset(parse_job(DIMS))
     cases: list[Case] = [
         {
@@ -211,7 +337,7 @@ def data_cases() -> list[Case]:
             "result": "valid",
             "op": "digits",
             "n": len(ds),
-            "leaf_0": sample_leaf(0, ds.X[0], ds.y[0]).hex(),
+            "sample_0": ds.sample_bytes(0).hex(),
             "root": ds.root().hex(),
         }
     ]
@@ -219,6 +345,9 @@ def data_cases() -> list[Case]:
         ("4 samples, integer labels", TINY_X, TINY_Y),
         ("3 samples of shape (2, 2), float targets", REG_X, REG_Y),
     ):
+        stream = _stream(_arrays_meta(X, y), X.tobytes() + y.tobytes())
+        root = _chunk_root(stream)
+        assert root == data_root(X, y).hex()
         cases.append(
             {
                 "comment": why,
@@ -226,38 +355,50 @@ def data_cases() -> list[Case]:
                 "op": "arrays",
                 "X": array_to(X),
                 "y": array_to(y),
-                "leaves": [sample_leaf(i, X[i], y[i]).hex() for i in range(len(X))],
-                "root": data_root(X, y).hex(),
+                "stream": stream.hex(),
+                "samples": [Dataset(X, y).sample_bytes(i).hex() for i in range(len(X))],
+                "root": root,
             }
         )
-    no_index = merkle_root(
-        [leaf_hash(encode_tensors({"x": TINY_X[i], "y": TINY_Y[i]})) for i in range(len(TINY_X))]
-    ).hex()
+    big_x = np.arange(40_000, dtype=np.float32).reshape(10_000, 4) / np.float32(7)
+    big_y = (np.arange(10_000) % 7).astype(np.int64)
     cases.append(
         {
-            "comment": "leaves without the u64 index prefix",
-            "result": "invalid",
-            "op": "arrays",
-            "expected_reason": "ROOT_MISMATCH",
-            "X": array_to(TINY_X),
-            "y": array_to(TINY_Y),
-            "root": no_index,
+            "comment": "10 000 samples: a stream of 3 chunks (recipe: X = arange/7, y = i mod 7)",
+            "result": "valid",
+            "op": "arrays-recipe",
+            "n": 10_000,
+            "root": data_root(big_x, big_y).hex(),
         }
     )
-    swapped = merkle_root(
-        [leaf_hash(sample_leaf(i, TINY_X[j], TINY_Y[j])) for i, j in enumerate([1, 0, 2, 3])]
+    format1 = merkle_root(
+        [
+            leaf_hash(u64(i) + encode_tensors({"x": TINY_X[i], "y": TINY_Y[i]}))
+            for i in range(len(TINY_X))
+        ]
     ).hex()
-    cases.append(
-        {
-            "comment": "two samples swapped",
-            "result": "invalid",
-            "op": "arrays",
-            "expected_reason": "ROOT_MISMATCH",
-            "X": array_to(TINY_X),
-            "y": array_to(TINY_Y),
-            "root": swapped,
-        }
-    )
+    y_first = _stream(_arrays_meta(TINY_X, TINY_Y), TINY_Y.tobytes() + TINY_X.tobytes())
+    no_meta = b"DKD1" + TINY_X.tobytes() + TINY_Y.tobytes()
+    one_leaf_per_sample = merkle_root(
+        [leaf_hash(Dataset(TINY_X, TINY_Y).sample_bytes(i)) for i in range(4)]
+    ).hex()
+    for why, root in (
+        ("job format 1 root (one leaf per sample, u64 index prefix)", format1),
+        ("y's bytes before X's", _chunk_root(y_first)),
+        ("no layout object", _chunk_root(no_meta)),
+        ("one leaf per sample instead of 64 KiB chunks", one_leaf_per_sample),
+    ):
+        cases.append(
+            {
+                "comment": why,
+                "result": "invalid",
+                "op": "arrays",
+                "expected_reason": "ROOT_MISMATCH",
+                "X": array_to(TINY_X),
+                "y": array_to(TINY_Y),
+                "root": root,
+            }
+        )
     good = npz_bytes({"X": TINY_X, "y": TINY_Y})
     cases.append(
         {
@@ -308,7 +449,163 @@ def data_cases() -> list[Case]:
             npz=b"PK\x03\x04junk".hex(),
         )
     )
+    cases += _shard_cases(shards_root)
+    cases += _token_cases(tokens_root)
+    cases += _image_cases(images_root)
     return _number(cases)
+
+
+def _npy(a: np.ndarray) -> str:
+    import io
+
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, a, allow_pickle=False)
+    return buf.getvalue().hex()
+
+
+def _shard_cases(shards_root: Callable[[dict[str, str]], str]) -> list[Case]:
+    files = {
+        "a.X.npy": _npy(TINY_X[:3]),
+        "a.y.npy": _npy(TINY_Y[:3]),
+        "b.X.npy": _npy(TINY_X[3:]),
+        "b.y.npy": _npy(TINY_Y[3:]),
+    }
+    root = shards_root(files)
+    assert root == data_root(TINY_X, TINY_Y).hex()
+    out: list[Case] = [
+        {
+            "comment": "two .npy shard pairs: the same root as the arrays they hold",
+            "result": "valid",
+            "op": "shards",
+            "files": files,
+            "root": root,
+        }
+    ]
+    for why, bad in (
+        ("X shard in float64", {**files, "b.X.npy": _npy(TINY_X[3:].astype(np.float64))}),
+        ("y shard without its X shard", {k: v for k, v in files.items() if k != "b.X.npy"}),
+        ("stray file beside the shards", {**files, "notes.txt": b"hi".hex()}),
+    ):
+        out.append(
+            _invalid(why, lambda b=bad: shards_root(b), "FormatError", op="shards", files=bad)
+        )
+    return out
+
+
+def _token_cases(tokens_root: Callable[[str, str, int], Any]) -> list[Case]:
+    data = TINY_TOKENS.astype("<u2").tobytes()
+    stream = _stream({"count": 11, "dtype": "uint16", "format": "tokens"}, data)
+    root = _chunk_root(stream)
+    got = tokens_root(data.hex(), "uint16", 4)
+    assert got["root"] == root, got
+    out: list[Case] = [
+        {
+            "comment": "11 uint16 tokens, seq_len 4: 2 windows of 5 tokens",
+            "result": "valid",
+            "op": "tokens",
+            "tokens": data.hex(),
+            "dtype": "uint16",
+            "seq_len": 4,
+            "stream": stream.hex(),
+            "n": got["n"],
+            "x": got["x"],
+            "y": got["y"],
+            "samples": got["samples"],
+            "root": root,
+        }
+    ]
+    as32 = _chunk_root(_stream({"count": 11, "dtype": "uint32", "format": "tokens"}, data))
+    out.append(
+        {
+            "comment": "the layout names the wrong dtype",
+            "result": "invalid",
+            "op": "tokens",
+            "expected_reason": "ROOT_MISMATCH",
+            "tokens": data.hex(),
+            "dtype": "uint16",
+            "seq_len": 4,
+            "root": as32,
+        }
+    )
+    for why, tok, dt, sl in (
+        ("odd byte count for uint16", data[:-1], "uint16", 4),
+        ("22 bytes are not whole uint32 tokens", data, "uint32", 2),
+        ("too short for one window of seq_len + 1", data, "uint16", 11),
+    ):
+        out.append(
+            _invalid(
+                why,
+                lambda t=tok, d=dt, s=sl: tokens_root(t.hex(), d, s),
+                "FormatError",
+                op="tokens",
+                tokens=tok.hex(),
+                dtype=dt,
+                seq_len=sl,
+            )
+        )
+    return out
+
+
+def _image_cases(images_root: Callable[..., str]) -> list[Case]:
+    files = _tiny_images()
+    payload = b"".join(v for _, v in sorted(files.items()))
+    root = _chunk_root(_stream(_images_meta(files), payload))
+    hexfiles = {k: v.hex() for k, v in files.items()}
+    assert images_root(hexfiles) == root
+    out: list[Case] = [
+        {
+            "comment": "two classes of 4x4 PNGs: the layout lists (label, path, size); "
+            "the payload is the files' bytes",
+            "result": "valid",
+            "op": "images",
+            "files": hexfiles,
+            "root": root,
+        },
+        {
+            "comment": "files in the wrong order (dog before cat)",
+            "result": "invalid",
+            "op": "images",
+            "expected_reason": "ROOT_MISMATCH",
+            "files": hexfiles,
+            "root": _chunk_root(
+                _stream(
+                    {**_images_meta(files), "classes": ["dog", "cat"]},
+                    files["dog/c.png"] + files["cat/a.png"] + files["cat/b.png"],
+                )
+            ),
+        },
+    ]
+    broken = {**hexfiles, "dog/c.png": files["dog/c.png"][:40].hex()}
+    out.append(
+        _invalid(
+            "an image that fails to decode",
+            lambda: images_root(broken, decode=True),
+            "FormatError",
+            op="images",
+            files=broken,
+            decode=True,
+        )
+    )
+    out.append(
+        _invalid(
+            "a job naming another decoder (inconclusive for a verifier)",
+            lambda: images_root(hexfiles, decoder="pillow==0.0.1"),
+            "DECODER_MISMATCH",
+            op="images",
+            files=hexfiles,
+            decoder="pillow==0.0.1",
+        )
+    )
+    out.append(
+        _invalid(
+            "a text file in a class folder",
+            lambda: images_root({**hexfiles, "cat/readme.txt": b"hi".hex()}),
+            "FormatError",
+            op="images",
+            files={**hexfiles, "cat/readme.txt": b"hi".hex()},
+        )
+    )
+    return out
 
 
 def _load_npz_bytes(data: bytes) -> object:

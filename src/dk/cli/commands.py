@@ -19,13 +19,13 @@ _HEX32 = "64 hex characters"
 def _hex32(ctx: click.Context, param: click.Parameter, value: str | None) -> bytes | None:
     if value is None:
         return None
+    from dk.crypto.hashing import parse_hex_digest
+    from dk.errors import FormatError
+
     try:
-        raw = bytes.fromhex(value)
-    except ValueError:
+        return parse_hex_digest(value.lower(), what=param.name or "value")
+    except FormatError:
         raise click.BadParameter(f"must be {_HEX32}") from None
-    if len(raw) != 32:
-        raise click.BadParameter(f"must be {_HEX32}")
-    return raw
 
 
 @click.command(short_help="Create an Ed25519 key pair")
@@ -105,6 +105,13 @@ def job() -> None:
 )
 @click.option("--worker", default=None, help="Only accept bundles signed by this public key (hex).")
 @click.option(
+    "--srs",
+    default="local",
+    show_default=True,
+    help="zk mode: the SRS the job accepts, by SHA-256 (64 hex), or 'local' (anyone's locally "
+    "generated SRS: whoever made it can forge proofs).",
+)
+@click.option(
     "--compression",
     default="",
     help="Gradient codec, e.g. 'topk:0.01', 'int8', 'qsgd:levels=16,seed=1'.",
@@ -130,6 +137,7 @@ def job_init(
     dataset: str,
     tolerance: float | None,
     worker: str | None,
+    srs: str,
     compression: str,
     out: str,
     force: bool,
@@ -140,6 +148,7 @@ def job_init(
     With no options it writes a working exact-mode digits MLP job.
     """
     from dk.pol.jobinit import default_job
+    from dk.pol.run import atomic_write
 
     out_p = Path(out)
     if out_p.exists() and not force:
@@ -171,11 +180,14 @@ def job_init(
         data_path=data_path,
         tolerance=tolerance,
         base_dir=out_p.resolve().parent,
-        pol={"worker": worker} if worker else {},
+        pol={
+            **({"worker": worker} if worker else {}),
+            **({"zk": {"srs": srs.lower()}} if mode == "zk" else {}),
+        },
         train={"compression": compression} if compression else {},
         init_extra=_zk_init_extra() if mode == "zk" else None,
     )
-    out_p.write_text(spec.to_toml())
+    atomic_write(out_p, spec.to_toml().encode())
     if as_json:
         app.emit_json({"job": out, "job_id": spec.job_id.hex(), "spec": spec.spec})
     else:
@@ -362,6 +374,25 @@ def challenge_options(f: Any) -> Any:
 @click.option("--job", "job_file", required=True, type=click.Path(dir_okay=False))
 @challenge_options
 @click.option(
+    "--challenge",
+    "challenge_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="challenge.json from `dk challenge`: its beacon, and the root it pins.",
+)
+@click.option(
+    "--root",
+    callback=_hex32,
+    default=None,
+    help=f"Transcript root ({_HEX32}) the challenge was issued for; another root is rejected.",
+)
+@click.option(
+    "--data",
+    type=click.Path(exists=True),
+    default=None,
+    help="The verifier's own copy of the data (replaces the job's data.path).",
+)
+@click.option(
     "--workers",
     type=click.IntRange(1),
     default=1,
@@ -371,10 +402,10 @@ def challenge_options(f: Any) -> Any:
 @click.option("--worker", default=None, help="Require this worker public key (hex).")
 @click.option(
     "--integrity",
-    type=click.Choice(["all", "challenged"]),
-    default="all",
+    type=click.Choice(["challenged", "all"]),
+    default="challenged",
     show_default=True,
-    help="Check every checkpoint blob, or only those the challenge needs.",
+    help="Check only the checkpoints the challenge needs, or every one (archival audits).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
@@ -387,24 +418,34 @@ def verify(
     topq: int,
     detect: float,
     skipped: float,
+    challenge_file: str | None,
+    root: bytes | None,
+    data: str | None,
     workers: int,
     worker: str | None,
     integrity: str,
     as_json: bool,
 ) -> None:
-    """Verify BUNDLE against the job. Exit 0 accept, 1 reject, 3 malformed input."""
-    from dk.verifier import verify_bundle
+    """Verify BUNDLE against the job.
 
+    Exit 0 accept, 1 reject, 5 inconclusive (the verifier could not decide).
+    """
+    from dk.verifier import verify_bundle
+    from dk.verifier.challenge import pinned_challenge
+
+    beacon, root = pinned_challenge(challenge_file, job_file, beacon=beacon, root=root)
     report = verify_bundle(
         bundle,
         job_file,
         beacon=beacon,
+        root=root,
         samples=samples,
         topq=topq,
         workers=workers,
         skipped_fraction=skipped,
         detect=detect,
         worker=worker,
+        data=data,
         integrity=integrity,
     )
     d = report.to_dict()
@@ -417,15 +458,7 @@ def verify(
         for line in report_summary(d):
             app.print(line)
     if not report.ok:
-        malformed = {
-            "BUNDLE_NOT_FOUND",
-            "JOB_MALFORMED",
-            "MANIFEST_MISSING",
-            "MANIFEST_MALFORMED",
-            "MANIFEST_TOO_LARGE",
-            "UNSUPPORTED_VERSION",
-        }
-        app.abort(None, ExitCode.MALFORMED if set(report.codes) <= malformed else ExitCode.REJECTED)
+        app.abort(None, report.exit_code)
 
 
 @click.command(short_help="Recommend a tolerance for tolerant mode")
@@ -434,10 +467,16 @@ def verify(
 @click.option(
     "--threads", default="1,2", show_default=True, help="Replay thread counts, comma-separated."
 )
+@click.option(
+    "--devices", default="cpu", show_default=True, help="Devices to compare, e.g. 'cuda,cpu'."
+)
+@click.option("--force", is_flag=True, help="Recommend even if a cheat lands inside.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def calibrate(app: App, job_file: str, intervals: int, threads: str, as_json: bool) -> None:
-    """Measure honest replay error of JOB_FILE across thread counts and recommend a tolerance."""
+def calibrate(
+    app: App, job_file: str, intervals: int, threads: str, devices: str, force: bool, as_json: bool
+) -> None:
+    """Measure honest replay error of JOB_FILE, the cheats' distances, and recommend a tolerance."""
     from dk.pol.calibrate import calibrate as run
     from dk.pol.job import load_job
 
@@ -447,16 +486,20 @@ def calibrate(app: App, job_file: str, intervals: int, threads: str, as_json: bo
         raise click.BadParameter("comma-separated integers", param_hint="--threads") from None
     if min(counts) < 1:
         raise click.BadParameter("thread counts must be positive", param_hint="--threads")
-    cal = run(load_job(job_file), intervals=intervals, replay_threads=counts)
+    devs = tuple(d.strip() for d in devices.split(",") if d.strip())
+    cal = run(
+        load_job(job_file), intervals=intervals, replay_threads=counts, devices=devs, force=force
+    )
     if as_json:
         app.emit_json(cal.to_dict())
         return
     from rich.table import Table
 
-    t = Table("interval", "threads", "l2", "linf", "cosine", box=None)
+    t = Table("interval", "device", "threads", "l2", "linf", "cosine", box=None)
     for r in cal.rows:
         t.add_row(
             str(r["interval"]),
+            r["device"],
             str(r["threads"]),
             f"{r['l2']:.3e}",
             f"{r['linf']:.3e}",
@@ -467,6 +510,10 @@ def calibrate(app: App, job_file: str, intervals: int, threads: str, as_json: bo
         f"largest honest l2 distance {cal.max_l2:.3e}; "
         f"recommended tolerance {cal.recommended_tolerance:.3e}"
     )
+    for name, d in cal.cheats.items():
+        app.print(f"cheat {name}: distance {d:.3e}", markup=False)
+    if cal.note:
+        app.print(f"FORCED: {cal.note}", markup=False)
 
 
 @click.group(short_help="Check the test vectors")
@@ -525,13 +572,13 @@ def challenge(
 ) -> None:
     """Check a committed BUNDLE's integrity and write the intervals the worker must prove.
 
-    The beacon is fixed only now, after the worker committed; give the same --beacon to
-    `dk verify` once the worker answered with `dk prove --respond challenge.json --zk`.
+    The beacon is fixed only now, after the worker committed; the file records it with the
+    committed transcript root. Give it to `dk verify --challenge challenge.json` once the
+    worker answered with `dk prove --respond challenge.json --zk`: a bundle with another
+    root is rejected (ROOT_NOT_CHALLENGED).
     """
-    import json
-
     from dk.verifier import verify_bundle
-    from dk.verifier.challenge import challenge_document
+    from dk.verifier.challenge import write_challenge
 
     report = verify_bundle(
         bundle,
@@ -547,10 +594,10 @@ def challenge(
         if as_json:
             app.emit_json(report.to_dict())
         app.abort(
-            f"bundle rejected before any challenge: {', '.join(report.codes)}", ExitCode.REJECTED
+            f"bundle {report.verdict} before any challenge: {', '.join(report.codes)}",
+            report.exit_code,
         )
-    doc = challenge_document(report)
-    Path(out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    doc = write_challenge(report, out)
     if as_json:
         app.emit_json(doc)
     else:

@@ -9,6 +9,7 @@ ledger created with ``dk market init --clock test``; any other ledger refuses it
 
 from __future__ import annotations
 
+import contextvars
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -18,9 +19,11 @@ import click
 from dk.cli.app import App
 from dk.cli.exit_codes import ExitCode
 
+_URL: contextvars.ContextVar[str | None] = contextvars.ContextVar("dk_market_url", default=None)
+
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Add --db/--now/--json and map market refusals to exit code 1."""
+    """Add --db/--url/--now/--json and map market refusals to exit code 1."""
 
     @click.option(
         "--db",
@@ -31,6 +34,12 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         help="Ledger file (SQLite).",
     )
     @click.option(
+        "--url",
+        envvar="DK_MARKET_URL",
+        default=None,
+        help="A market server (dk market serve) instead of a local ledger file.",
+    )
+    @click.option(
         "--now",
         type=click.IntRange(0),
         default=None,
@@ -39,9 +48,12 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
     @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
     @click.pass_obj
     @functools.wraps(fn)
-    def wrapper(app: App, db: str, now: int | None, as_json: bool, **kw: Any) -> None:
+    def wrapper(
+        app: App, db: str, url: str | None, now: int | None, as_json: bool, **kw: Any
+    ) -> None:
         from dk.market import MarketRefused
 
+        _URL.set(url)
         try:
             out = fn(db=db, now=now, **kw)
         except MarketRefused as e:
@@ -75,9 +87,9 @@ def _clock(now: int | None) -> Callable[[], int] | None:
 
 
 def _open(db: str, now: int | None) -> Any:
-    from dk.market import Market
+    from dk.market.client import open_market
 
-    return Market(db, clock=_clock(now))
+    return open_market(db, url=_URL.get(), clock=_clock(now))
 
 
 def _client(m: Any, keyfile: str) -> Any:
@@ -174,6 +186,8 @@ def init(db: str, now: int | None, n: int, **config: Any) -> dict[str, Any]:
     """Create a new market ledger at --db."""
     from dk.market import Market, MarketConfig
 
+    if _URL.get():
+        raise click.UsageError("init creates a local ledger; a server's ledger exists already")
     cfg = MarketConfig(n=max(n, config["k"]), **config)
     with Market.create(db, config=cfg, clock=_clock(now)) as m:
         return {"market_id": m.market_id.hex(), "db": db, "clock": cfg.clock}
@@ -285,6 +299,35 @@ def show(db: str, now: int | None, order_id: str | None) -> dict[str, Any]:
     """Show ORDER_ID with the reason each bid did not match, or the whole book."""
     with _open(db, now) as m:
         return m.show(order_id) if order_id else m.book()
+
+
+@market.command(short_help="Free balance of an account")
+@click.option("--key", "keyfile", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--account", default=None, help="Public key (64 hex) instead of --key.")
+@_common
+def balance(db: str, now: int | None, keyfile: str | None, account: str | None) -> dict[str, Any]:
+    """Show the free balance of --account (or of the --key's account)."""
+    if (keyfile is None) == (account is None):
+        raise click.UsageError("give exactly one of --key and --account")
+    if account is None:
+        from dk.crypto.keys import load_signing_key
+
+        account = load_signing_key(keyfile).verify_key.hex()
+    with _open(db, now) as m:
+        return {"account": account, "balance": m.balance(account)}
+
+
+@market.command(short_help="Cancel your open order or bid (returns escrow or stake)")
+@KEY
+@click.argument("id_")
+@_common
+def cancel(db: str, now: int | None, keyfile: str, id_: str) -> dict[str, Any]:
+    """Cancel ID_: an order (o…) or a bid (b…) of yours that is still open."""
+    if id_.startswith("o"):
+        return _signed(db, keyfile, "cancel_order", now, order_id=id_)
+    if id_.startswith("b"):
+        return _signed(db, keyfile, "cancel_bid", now, bid_id=id_)
+    raise click.UsageError(f"{id_!r} is neither an order id (o…) nor a bid id (b…)")
 
 
 @market.command(short_help="Commit to a bundle for a matched order")
@@ -480,3 +523,40 @@ def audit(db: str, now: int | None, no_bls: bool) -> dict[str, Any]:
 
         raise MarketRefused("AUDIT_FAILED", "; ".join(report.problems[:5]))
     return report.to_dict()
+
+
+@market.command(short_help="Serve the ledger over HTTP (the market as a service)")
+@click.option(
+    "--db",
+    envvar="DK_MARKET_DB",
+    default="market.db",
+    show_default=True,
+    help="Ledger file (SQLite) or postgresql://… URL.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where uploaded jobs and bundles are kept (default: <db>.d).",
+)
+@click.pass_obj
+def serve(app: App, db: str, host: str, port: int, state_dir: str | None) -> None:
+    """Run `dk market serve`: the ledger behind an HTTP/JSON API that owns the clock.
+
+    Parties use every other `dk market` command with --url (or DK_MARKET_URL).
+    """
+    from dk.market import MarketRefused
+    from dk.market.server import serve as run_server
+
+    try:
+        run_server(
+            db,
+            host=host,
+            port=port,
+            state_dir=state_dir,
+            ready=lambda p: app.info(f"dk market serve: listening on http://{host}:{p}"),
+        )
+    except MarketRefused as e:
+        app.abort(str(e), ExitCode.REJECTED)

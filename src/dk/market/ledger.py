@@ -114,6 +114,12 @@ def connect(path: str | Path, *, durable: bool = False) -> sqlite3.Connection:
     Returns:
         The connection.
     """
+    from dk.market.store import PgConnection, is_url
+
+    if is_url(path):  # PostgreSQL: the same statements through a translating adapter
+        pg = PgConnection(str(path))
+        pg.executescript(_SCHEMA)
+        return pg  # type: ignore[return-value]
     con = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
@@ -179,7 +185,9 @@ class Ledger:
         durable: bool = False,
         hook: Callable[[str], None] | None = None,
     ) -> None:
-        self.path = Path(path)
+        from dk.market.store import is_url
+
+        self.path = path if is_url(path) else Path(path)
         self.con = connect(self.path, durable=durable)
         self.con.row_factory = sqlite3.Row
         self.hook = hook

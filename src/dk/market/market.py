@@ -104,7 +104,9 @@ class Market:
         durable: bool = False,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        if not Path(path).is_file():
+        from dk.market.store import is_url
+
+        if not is_url(path) and not Path(path).is_file():
             raise MarketRefused("NOT_INITIALISED", f"{path} holds no market (run init)")
         self.ledger = Ledger(path, durable=durable, hook=hook)
         genesis = self.ledger.genesis()

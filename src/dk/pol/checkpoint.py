@@ -2,12 +2,14 @@
 
 A checkpoint is a tensor set with these names:
 
-* ``model/<param>``: float32 weights;
+* ``model/<name>``: every parameter **and buffer** of the model (float32; int64 counters such
+  as BatchNorm's ``num_batches_tracked``);
 * ``optim/<param>/<state>``: optimizer state as the optimizer holds it (SGD ``momentum_buffer``,
-  absent before the first step; Adam ``exp_avg``, ``exp_avg_sq``, ``step``);
+  absent before the first step; Adam/AdamW ``exp_avg``, ``exp_avg_sq``, ``step``);
 * ``optim/<hparam>``: float64 scalars of the job's hyperparameters (``lr``, ``momentum``,
   ``weight_decay``; Adam ``beta1``, ``beta2``, ``eps``), checked against the job;
-* ``meta/step``: int64 scalar; ``sampler/state``: int64 ``[epoch, position]`` of the next step;
+* ``meta/step``: int64 scalar (also the whole state of dk's LR schedule, a function of the
+  step); ``sampler/state``: int64 ``[epoch, position]`` of the next step;
 * ``compress/...``: codec state, when the job compresses gradients.
 
 Its commitment is ``tensors_root`` (SPEC §4). Blobs are stored content-addressed as
@@ -17,7 +19,8 @@ Its commitment is ``tensors_root`` (SPEC §4). Blobs are stored content-addresse
 from __future__ import annotations
 
 import os
-import tempfile
+import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -25,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from dk.crypto.encoding import tensors_root
+from dk.crypto.numeric import model_update_norm
 from dk.errors import FormatError
-from dk.pol.models import init_params, param_specs
+from dk.pol.models import initial_state, param_names, state_specs
 
 Tensors = dict[str, np.ndarray]
 
@@ -65,7 +69,7 @@ ZK_DIGEST_KEY = "zk/params_digest"
 
 def initial_checkpoint(job: Any, steps_per_epoch: int) -> Tensors:
     """Checkpoint 0 as the job defines it (SPEC §10.2)."""
-    ck = {f"model/{k}": v for k, v in init_params(job.model, job.seed).items()}
+    ck = {f"model/{k}": v for k, v in initial_state(job).items()}
     ck.update(hparam_tensors(job))
     ck.update(meta_tensors(job, 0, steps_per_epoch))
     if job.train.get("compression"):
@@ -89,7 +93,7 @@ def _check_codec_state(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> Non
         raise FormatError(
             f"checkpoint at step {step}: {COUNTER_KEY} must be uint64[1]", reason="SHAPE_MISMATCH"
         )
-    shapes = {n: s for n, s, _ in param_specs(job.model)}
+    shapes = {n: s for n, s, _ in state_specs(job)}
     for k in keys:
         if k == COUNTER_KEY:
             continue
@@ -110,11 +114,15 @@ def expected_schema(job: Any, step: int) -> dict[str, tuple[str, tuple[int, ...]
     """Names, dtypes and shapes a checkpoint at ``step`` must have (codec state excluded)."""
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     t = job.train
-    for name, shape, _ in param_specs(job.model):
-        out[f"model/{name}"] = ("float32", shape)
+    specs = state_specs(job)
+    shapes = {name: shape for name, shape, _ in specs}
+    for name, shape, dtype in specs:
+        out[f"model/{name}"] = (dtype, shape)
+    for name in param_names(job):
+        shape = shapes[name]
         if step > 0 and t["optimizer"] == "sgd" and t["momentum"] > 0:
             out[f"optim/{name}/momentum_buffer"] = ("float32", shape)
-        if step > 0 and t["optimizer"] == "adam":
+        if step > 0 and t["optimizer"] in ("adam", "adamw"):
             out[f"optim/{name}/exp_avg"] = ("float32", shape)
             out[f"optim/{name}/exp_avg_sq"] = ("float32", shape)
             out[f"optim/{name}/step"] = ("float32", ())
@@ -133,13 +141,12 @@ def model_tensors(ck: Mapping[str, np.ndarray]) -> Tensors:
 
 
 def update_norm(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float:
-    """L2 norm (float64) of ``b - a`` over the model weights of two checkpoints."""
-    total = 0.0
-    for k in sorted(a):  # fixed order: the float64 sum must not depend on dict order
-        if k.startswith("model/"):
-            d = np.asarray(b[k], dtype=np.float64) - np.asarray(a[k], dtype=np.float64)
-            total += float(np.dot(d.ravel(), d.ravel()))
-    return float(np.sqrt(total))
+    """L2 norm (binary64) of ``b - a`` over the model weights of two checkpoints (SPEC §11.1).
+
+    Computed as the fold sum of SPEC §1.4, never a BLAS dot product, so the transcript leaf
+    holding it has the same bits on every machine.
+    """
+    return model_update_norm(a, b)
 
 
 def checkpoint_root(ck: Mapping[str, np.ndarray]) -> bytes:
@@ -153,28 +160,85 @@ def blob_name(root: bytes) -> str:
 
 
 def write_blob(
-    directory: Path, tensors: Mapping[str, np.ndarray], root: bytes | None = None
+    directory: Path,
+    tensors: Mapping[str, np.ndarray],
+    root: bytes | None = None,
+    *,
+    durable: bool = True,
 ) -> tuple[bytes, Path, int]:
-    """Write a checkpoint blob atomically; returns (root, path, size). Idempotent."""
-    from safetensors.numpy import save
+    """Write a checkpoint blob atomically; returns (root, path, size). Idempotent.
+
+    The bytes go straight from the arrays to a temporary file (safetensors writes them; no
+    in-memory copy of the blob), which is then renamed to ``blobs/<root>.safetensors``. With
+    ``durable=False`` the file is not fsynced: the caller makes it durable later with
+    :func:`sync_files` (the Recorder does so once, when the run completes, instead of paying
+    one fsync per checkpoint).
+    """
+    from safetensors.numpy import save_file
 
     root = root if root is not None else checkpoint_root(tensors)
     path = directory / blob_name(root)
-    if path.exists():
-        return root, path, path.stat().st_size
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = save({k: np.ascontiguousarray(v).reshape(np.shape(v)) for k, v in tensors.items()})
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".safetensors")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        return root, path, os.stat(path).st_size
+    except FileNotFoundError:
+        pass
+    arrays = {k: np.ascontiguousarray(v).reshape(np.shape(v)) for k, v in tensors.items()}
+    # A name of this process and thread: no other writer of the same blob can collide with it.
+    tmp = path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{path.name}")
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        save_file(arrays, tmp)
+        if durable:
+            _fsync_path(tmp)
+        size = os.stat(tmp).st_size
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
-    return root, path, len(data)
+    return root, path, size
+
+
+def sync_files(paths: list[Path]) -> None:
+    """Make the files in ``paths`` durable: one ``syncfs`` of their filesystem on Linux (one
+    journal commit, where an fsync per file costs one each), else an fsync per file and
+    directory."""
+    if not paths:
+        return
+    if sys.platform.startswith("linux") and _syncfs(paths[0].parent):
+        return
+    for path in paths:
+        _fsync_path(path)
+    for parent in sorted({p.parent for p in paths}):
+        try:
+            _fsync_path(parent)
+        except OSError:  # directories cannot be opened or synced on some platforms
+            pass
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _syncfs(directory: Path) -> bool:
+    """``syncfs(2)`` on the filesystem holding ``directory``; False if unavailable or failed."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return bool(libc.syncfs(fd) == 0)
+    except AttributeError:  # a libc without syncfs
+        return False
+    finally:
+        os.close(fd)
 
 
 def parse_blob(data: bytes) -> Tensors:

@@ -22,18 +22,26 @@ from typing import Any
 from dk.crypto.canonical_json import canonical_json
 from dk.crypto.hashing import TAG_JOB, tagged_hash
 from dk.errors import FormatError
+from dk.pol.data.spec import normalize_data
 
-JOB_VERSION = 1
+# 2: [data] kind and per-kind fields, chunked data root; model files and entry points,
+# [init], schedules, clipping, accumulation, augmentation, device and precision (SPEC §6-§10)
+JOB_VERSION = 2
 MAX_JOB_BYTES = 64 * 1024
 MAX_STEPS = 10_000_000
 MAX_WIDTH = 1 << 16
 
-ARCHES = ("linear", "mlp", "cnn")
+ARCHES = ("linear", "mlp", "cnn", "custom")
 ACTIVATIONS = ("relu", "gelu")
-OPTIMIZERS = ("sgd", "adam")
-LOSSES = ("cross_entropy", "mse")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+LOSSES = ("cross_entropy", "mse", "next_token_cross_entropy")
+SCHEDULES = ("constant", "step", "cosine")
+DEVICES = ("cpu", "cuda")
+PRECISIONS = ("fp32", "bf16", "fp16")
+INIT_METHODS = ("dk", "seeded", "file")
+MODEL_SOURCE_KEYS = ("source", "factory", "kwargs", "source_sha256")
+MODEL_ENTRY_KEYS = ("entry", "distribution", "dist_version", "module_sha256", "kwargs")
 MODES = ("exact", "tolerant", "zk")
-DATASETS = ("digits", "npz")
 
 _HEX64 = frozenset("0123456789abcdef")
 
@@ -42,7 +50,7 @@ _DEFAULTS: dict[str, Any] = {
     "name": "job",
     "seed": 0,
     "model": {"arch": "mlp", "hidden": [64], "activation": "relu"},
-    "data": {"dataset": "digits"},
+    "data": {"kind": "digits"},
     "train": {
         "optimizer": "sgd",
         "lr": 0.05,
@@ -54,7 +62,20 @@ _DEFAULTS: dict[str, Any] = {
         "steps": 300,
         "batch_size": 32,
         "compression": "",
+        "nesterov": False,
+        "schedule": "constant",
+        "warmup_steps": 0,
+        "step_size": 0,
+        "gamma": 0.1,
+        "min_lr": 0.0,
+        "clip_norm": 0.0,
+        "accumulation": 1,
+        "label_smoothing": 0.0,
+        "augment": [],
+        "device": "cpu",
+        "precision": "fp32",
     },
+    "init": {"method": "", "root": ""},
     "pol": {
         "interval": 10,
         "mode": "exact",
@@ -108,8 +129,13 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[
     for k, v in given.items():
         if (
             k not in defaults
-            and not (where == "data" and k in ("path", "root"))
-            and not (where == "model" and k in ("input_dim", "output_dim", "input_shape"))
+            and where != "data"  # [data] is checked by normalize_data
+            and not (
+                where == "model"
+                and k
+                in ("input_dim", "output_dim", "input_shape", *MODEL_SOURCE_KEYS, *MODEL_ENTRY_KEYS)
+            )
+            and not (where == "init" and k == "path")
             and not (where == "pol" and k == "init_root")
         ):
             raise _fail(f"unknown key {where + '.' if where else ''}{k}")
@@ -117,31 +143,8 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[
     return out
 
 
-def normalize(raw: dict[str, Any]) -> dict[str, Any]:
-    """Validate a parsed job and fill in defaults; returns the normal form (with ``data.path``)."""
-    if not isinstance(raw, dict):
-        raise _fail("top level must be a table")
-    given_hidden = (
-        raw.get("model", {}).get("hidden") if isinstance(raw.get("model"), dict) else None
-    )
-    top = {k: v for k, v in raw.items() if not isinstance(v, dict)}
-    job = _merge({k: v for k, v in _DEFAULTS.items() if not isinstance(v, dict)}, top, "")
-    for sec in ("model", "data", "train", "pol"):
-        given = raw.get(sec, {})
-        if not isinstance(given, dict):
-            raise _fail(f"[{sec}] must be a table")
-        job[sec] = _merge(_DEFAULTS[sec], given, sec)
-    for k in raw:
-        if isinstance(raw[k], dict) and k not in ("model", "data", "train", "pol"):
-            raise _fail(f"unknown table [{k}]")
-    if job["version"] != JOB_VERSION:
-        raise _fail(f"version must be {JOB_VERSION}, got {job['version']!r}")
-    if not isinstance(job["name"], str) or len(job["name"]) > 200:
-        raise _fail("name must be a string of at most 200 characters")
-    _int(job, "seed", 0, (1 << 63) - 1)
-
-    m = job["model"]
-    _choice(m, "arch", ARCHES)
+def _check_registry_model(m: dict[str, Any], given_hidden: Any) -> None:
+    """``[model]`` of a registry architecture (SPEC §9.1)."""
     _choice(m, "activation", ACTIVATIONS)
     if (
         not isinstance(m["hidden"], list)
@@ -171,7 +174,7 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         raise _fail("model.output_dim is required (`dk job init` fills it in)")
     if m["arch"] == "cnn" and "input_shape" not in m:
         raise _fail("model.input_shape [C, H, W] is required for the cnn")
-    if m["arch"] != "cnn" and "input_dim" not in m:
+    if m["arch"] in ("linear", "mlp") and "input_dim" not in m:
         raise _fail("model.input_dim is required (`dk job init` fills it in)")
     if (
         m["arch"] == "cnn"
@@ -180,11 +183,43 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     ):
         raise _fail("cnn input height and width must be divisible by 4")
 
-    d = job["data"]
-    _choice(d, "dataset", DATASETS)
-    if d["dataset"] == "npz" and not d.get("path"):
-        raise _fail("data.path is required for dataset = 'npz'")
-    d["root"] = _hex_or_empty(d, "root")
+
+def normalize(raw: dict[str, Any]) -> dict[str, Any]:
+    """Validate a parsed job and fill in defaults; returns the normal form (with ``data.path``)."""
+    if not isinstance(raw, dict):
+        raise _fail("top level must be a table")
+    given_hidden = (
+        raw.get("model", {}).get("hidden") if isinstance(raw.get("model"), dict) else None
+    )
+    top = {k: v for k, v in raw.items() if not isinstance(v, dict)}
+    job = _merge({k: v for k, v in _DEFAULTS.items() if not isinstance(v, dict)}, top, "")
+    for sec in ("model", "data", "train", "init", "pol"):
+        given = raw.get(sec, {})
+        if not isinstance(given, dict):
+            raise _fail(f"[{sec}] must be a table")
+        job[sec] = _merge(_DEFAULTS[sec], given, sec)
+    for k in raw:
+        if isinstance(raw[k], dict) and k not in ("model", "data", "train", "init", "pol"):
+            raise _fail(f"unknown table [{k}]")
+    if job["version"] != JOB_VERSION:
+        raise _fail(
+            f"version must be {JOB_VERSION}, got {job['version']!r} (re-create the job with "
+            "`dk job init`: version 2 added model files, schedules, buffers and precision)"
+        )
+    if not isinstance(job["name"], str) or len(job["name"]) > 200:
+        raise _fail("name must be a string of at most 200 characters")
+    _int(job, "seed", 0, (1 << 63) - 1)
+
+    m = job["model"]
+    if any(k in m for k in (*MODEL_SOURCE_KEYS, *MODEL_ENTRY_KEYS)):
+        job["model"] = m = _custom_model(m, raw.get("model", {}))
+    _choice(m, "arch", ARCHES)
+    if m["arch"] == "custom" and not any(k in m for k in ("source", "entry")):
+        raise _fail("model.arch = 'custom' needs model.source or model.entry")
+    if m["arch"] != "custom":
+        _check_registry_model(m, given_hidden)
+
+    job["data"] = normalize_data(raw.get("data", {}))
 
     t = job["train"]
     _choice(t, "optimizer", OPTIMIZERS)
@@ -223,6 +258,8 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
                 "train.compression: powersgd runs only as a DDP hook, not in a replayable job"
             )
         t["compression"] = codec.spec  # canonical spelling, so equal codecs give equal job_ids
+    _check_training(t)
+    _check_init(job)
 
     p = job["pol"]
     _choice(p, "mode", MODES)
@@ -231,18 +268,213 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     p["worker"] = _hex_or_empty(p, "worker")
     # backend: "dk" = reproducible kernels (exact mode's default), "torch" = PyTorch on one
     # thread (the only choice in tolerant/zk mode, and for compressed training).
+    beyond = kernel_unsupported(job)
     if p["backend"] == "":
-        p["backend"] = "dk" if p["mode"] == "exact" and not t["compression"] else "torch"
-    _choice(p, "backend", ("dk", "torch"))
+        p["backend"] = (
+            "dk" if p["mode"] == "exact" and not t["compression"] and not beyond else "torch"
+        )
+    # "rounded" = any float32 model on torch through the rounding log (SPEC Part VI).
+    _choice(p, "backend", ("dk", "torch", "rounded"))
+    if p["backend"] == "rounded" and (p["mode"] != "exact" or t["compression"]):
+        raise _fail("pol.backend = 'rounded' (rounding log) is for exact mode without compression")
     if p["backend"] == "dk" and p["mode"] != "exact":
         raise _fail("pol.backend = 'dk' (reproducible kernels) is for exact mode")
     if p["backend"] == "dk" and t["compression"]:
         raise _fail("compressed training runs on pol.backend = 'torch'")
+    if p["backend"] == "dk" and beyond:
+        raise _fail(
+            f"pol.backend = 'dk' (reproducible kernels) does not support {beyond[0]}; "
+            "use backend = 'torch' (same machine only) or mode = 'tolerant'"
+        )
     _check_zk(job)
     p["init_root"] = _hex_or_empty(p, "init_root")
     if p["mode"] == "tolerant" and p["tolerance"] <= 0.0:
         raise _fail("pol.tolerance must be > 0 in tolerant mode (run `dk calibrate`)")
     return job
+
+
+_SAFE_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def _json_value(v: Any, where: str, depth: int = 0) -> None:
+    """``model.kwargs`` values: what canonical JSON can carry (SPEC §6.1)."""
+    if depth > 8:
+        raise _fail(f"{where} nests too deeply")
+    if isinstance(v, bool) or isinstance(v, str) or v is None:
+        return
+    if isinstance(v, int):
+        if not -(1 << 63) <= v < (1 << 63):
+            raise _fail(f"{where} integer out of range")
+        return
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise _fail(f"{where} must be finite")
+        return
+    if isinstance(v, list):
+        for i, x in enumerate(v):
+            _json_value(x, f"{where}[{i}]", depth + 1)
+        return
+    if isinstance(v, dict):
+        for k, x in v.items():
+            _json_value(x, f"{where}.{k}", depth + 1)
+        return
+    raise _fail(f"{where} must be a number, string, boolean, list or table")
+
+
+def _custom_model(m: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The normal form of a model file or entry point (SPEC §6.1, §9.3)."""
+    if "source" in given and "entry" in given:
+        raise _fail("model.source and model.entry are exclusive")
+    if given.get("arch", "custom") != "custom":
+        raise _fail("model.source / model.entry go with model.arch = 'custom' (or no arch)")
+    extra = [k for k in ("hidden", "activation", "input_dim", "output_dim", "input_shape")]
+    bad = [k for k in extra if k in given]
+    if bad:
+        raise _fail(f"model.{bad[0]} is for registry models, not a model file or entry point")
+    kwargs = given.get("kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise _fail("model.kwargs must be a table")
+    _json_value(kwargs, "model.kwargs")
+    if "source" in given:
+        unknown = set(given) - {"arch", *MODEL_SOURCE_KEYS}
+        if unknown:
+            raise _fail(f"model.{sorted(unknown)[0]} does not go with model.source")
+        src, factory = given["source"], given.get("factory", "build")
+        if (
+            not isinstance(src, str)
+            or not src.endswith(".py")
+            or not 3 < len(src) <= 200
+            or src.startswith(("/", "."))
+            or ".." in src.split("/")
+            or not set(src) <= _SAFE_NAME | {"/"}
+        ):
+            raise _fail("model.source must be a relative path of a .py file beside the job")
+        if not isinstance(factory, str) or not factory.isidentifier():
+            raise _fail("model.factory must be a Python identifier")
+        out = {"arch": "custom", "source": src, "factory": factory, "kwargs": kwargs}
+        out["source_sha256"] = _hex_or_empty(given, "source_sha256")
+        return out
+    unknown = set(given) - {"arch", *MODEL_ENTRY_KEYS}
+    if unknown:
+        raise _fail(f"model.{sorted(unknown)[0]} does not go with model.entry")
+    entry = given["entry"]
+    mod, _, attr = entry.partition(":") if isinstance(entry, str) else ("", "", "")
+    if not (mod and attr.isidentifier() and all(p.isidentifier() for p in mod.split("."))):
+        raise _fail("model.entry must be 'package.module:factory'")
+    for k in ("distribution", "dist_version"):
+        v = given.get(k)
+        if not isinstance(v, str) or not v or len(v) > 200:
+            raise _fail(f"model.{k} is required with model.entry (the pinned distribution)")
+    out = {
+        "arch": "custom",
+        "entry": entry,
+        "distribution": given["distribution"],
+        "dist_version": given["dist_version"],
+        "kwargs": kwargs,
+        "module_sha256": _hex_or_empty(given, "module_sha256"),
+    }
+    if not out["module_sha256"]:
+        raise _fail("model.module_sha256 is required with model.entry (`dk job init` fills it)")
+    return out
+
+
+def _check_training(t: dict[str, Any]) -> None:
+    """Optimizer options, schedule, clipping, accumulation, augmentation, device, precision."""
+    if not isinstance(t["nesterov"], bool):
+        raise _fail("train.nesterov must be true or false")
+    if t["nesterov"] and (t["optimizer"] != "sgd" or t["momentum"] <= 0.0):
+        raise _fail("train.nesterov needs optimizer = 'sgd' with momentum > 0")
+    _choice(t, "schedule", SCHEDULES)
+    _int(t, "warmup_steps", 0, MAX_STEPS)
+    _int(t, "step_size", 0, MAX_STEPS)
+    _int(t, "accumulation", 1, 1 << 16)
+    for key, hi in (("gamma", 1e3), ("min_lr", 1e3), ("clip_norm", 1e9), ("label_smoothing", 1.0)):
+        t[key] = _float(t, key, 0.0, hi)
+    if t["schedule"] == "step" and t["step_size"] < 1:
+        raise _fail("train.schedule = 'step' needs train.step_size >= 1")
+    if t["schedule"] != "step":
+        t["step_size"], t["gamma"] = 0, 0.1
+    if t["schedule"] != "cosine":
+        t["min_lr"] = 0.0
+    if t["label_smoothing"] >= 1.0:
+        raise _fail("train.label_smoothing must be in [0, 1)")
+    if t["label_smoothing"] and t["loss"] == "mse":
+        raise _fail("train.label_smoothing is for the cross-entropy losses")
+    if t["batch_size"] % t["accumulation"]:
+        raise _fail(
+            f"train.batch_size {t['batch_size']} must be divisible by train.accumulation "
+            f"{t['accumulation']} (micro-batches per step)"
+        )
+    t["augment"] = _augment_list(t["augment"])
+    _choice(t, "device", DEVICES)
+    _choice(t, "precision", PRECISIONS)
+
+
+def _augment_list(aug: Any) -> list[str]:
+    """Canonical augmentation list: ``crop:<pad>`` and ``flip`` (SPEC §8.3)."""
+    if not isinstance(aug, list) or len(aug) > 4:
+        raise _fail("train.augment must be a list such as ['crop:4', 'flip']")
+    out: list[str] = []
+    for a in aug:
+        name, _, arg = a.partition(":") if isinstance(a, str) else ("", "", "")
+        if name == "flip" and not arg:
+            out.append("flip")
+        elif name == "crop" and arg.isdigit() and 0 < int(arg) <= 64:
+            out.append(f"crop:{int(arg)}")
+        else:
+            raise _fail(f"train.augment: unknown augmentation {a!r} (crop:<pad>, flip)")
+    if len(set(out)) != len(out):
+        raise _fail("train.augment names an augmentation twice")
+    return out
+
+
+def _check_init(job: dict[str, Any]) -> None:
+    """``[init]``: dk's initialiser, a seeded construction, or a committed file (SPEC §9.2)."""
+    i, m = job["init"], job["model"]
+    custom = m["arch"] == "custom"
+    if i["method"] == "":
+        i["method"] = "seeded" if custom else "dk"
+    _choice(i, "method", INIT_METHODS)
+    if i["method"] == "dk" and custom:
+        raise _fail("init.method = 'dk' is for registry models; use 'seeded' or 'file'")
+    if i["method"] == "seeded" and not custom:
+        raise _fail("init.method = 'seeded' is for model files and entry points")
+    i["root"] = _hex_or_empty(i, "root")
+    if i["method"] == "file":
+        if not i["root"]:
+            raise _fail("init.method = 'file' needs init.root (`dk job init` fills it)")
+        p = i.setdefault("path", "init.safetensors")
+        if not isinstance(p, str) or not p or len(p) > 4096:
+            raise _fail("init.path must be a path")
+    elif i["root"] or "path" in i:
+        raise _fail("init.root and init.path go with init.method = 'file'")
+
+
+def kernel_unsupported(job: dict[str, Any]) -> list[str]:
+    """What in a job dk's reproducible kernels (Part II) cannot compute; empty if none."""
+    t, m = job["train"], job["model"]
+    out = []
+    if m["arch"] == "custom":
+        out.append("model files or entry points")
+    if job["init"]["method"] != "dk":
+        out.append(f"init.method = {job['init']['method']!r}")
+    if t["optimizer"] == "adamw":
+        out.append("adamw")
+    if t["loss"] not in ("cross_entropy", "mse"):
+        out.append(f"loss {t['loss']!r}")
+    for key, default in (
+        ("nesterov", False),
+        ("schedule", "constant"),
+        ("warmup_steps", 0),
+        ("clip_norm", 0.0),
+        ("accumulation", 1),
+        ("label_smoothing", 0.0),
+        ("augment", []),
+        ("precision", "fp32"),
+    ):
+        if t[key] != default:
+            out.append(f"train.{key} = {t[key]!r}")
+    return out
 
 
 ZK_SETTING_KEYS = (
@@ -262,9 +494,16 @@ def _check_zk(job: dict[str, Any]) -> None:
     """zk mode (SPEC IV): what the step circuits support, and ``pol.zk`` circuit settings."""
     p, m, t = job["pol"], job["model"], job["train"]
     z = p["zk"]
-    if not isinstance(z, dict) or len(z) > len(ZK_SETTING_KEYS):
+    if not isinstance(z, dict) or len(z) > len(ZK_SETTING_KEYS) + 1:
         raise _fail("pol.zk must be a table of circuit settings")
+    srs = z.get("srs")  # SPEC IV §5: the SRS the job accepts, by SHA-256, or "local"
+    if srs is not None and (
+        not isinstance(srs, str) or (srs != "local" and not (len(srs) == 64 and set(srs) <= _HEX64))
+    ):
+        raise _fail("pol.zk.srs must be 'local' or the SRS's SHA-256 (64 lowercase hex)")
     for k, v in z.items():
+        if k == "srs":
+            continue
         if k not in ZK_SETTING_KEYS:
             raise _fail(f"pol.zk.{k} is not a circuit setting ({', '.join(ZK_SETTING_KEYS)})")
         if isinstance(v, bool) or not isinstance(v, int | float | str):
@@ -275,6 +514,9 @@ def _check_zk(job: dict[str, Any]) -> None:
         return
     if m["arch"] not in ("linear", "mlp") or m["activation"] != "relu":
         raise _fail("zk mode proves linear and ReLU mlp models only")
+    beyond = kernel_unsupported(job)
+    if beyond or t["optimizer"] != "sgd":
+        raise _fail(f"zk mode proves plain SGD steps, not {(beyond or ['adam'])[0]}")
     if t["optimizer"] != "sgd" or t["momentum"] != 0.0 or t["weight_decay"] != 0.0:
         raise _fail("zk mode proves plain SGD steps (momentum = 0, weight_decay = 0)")
     if t["compression"]:
@@ -297,6 +539,7 @@ class JobSpec:
         """The normal form without ``data.path`` (what ``job_id`` covers)."""
         h = copy.deepcopy(self.spec)
         h["data"].pop("path", None)
+        h["init"].pop("path", None)
         return h
 
     # Convenience accessors (SPEC names).
@@ -311,6 +554,15 @@ class JobSpec:
     @property
     def train(self) -> dict[str, Any]:
         return self.spec["train"]
+
+    @property
+    def init(self) -> dict[str, Any]:
+        return self.spec["init"]
+
+    @property
+    def is_custom(self) -> bool:
+        """True when the model is a file or entry point (not the registry)."""
+        return bool(self.spec["model"]["arch"] == "custom")
 
     @property
     def pol(self) -> dict[str, Any]:
@@ -343,8 +595,13 @@ class JobSpec:
         return [min(j * k, self.steps) for j in range(self.num_intervals + 1)]
 
     def data_path(self) -> Path | None:
-        """Resolved path of an ``npz`` dataset."""
+        """Resolved ``data.path`` (a file or directory, relative to the job file)."""
         p = self.data.get("path")
+        return (self.base_dir / p) if p else None
+
+    def init_path(self) -> Path | None:
+        """Resolved path of ``init.safetensors`` (``init.method = 'file'``)."""
+        p = self.init.get("path")
         return (self.base_dir / p) if p else None
 
     def with_updates(self, **sections: dict[str, Any]) -> JobSpec:
@@ -362,9 +619,9 @@ class JobSpec:
         import tomli_w
 
         header = (
-            "# dk job (PoL transcript v1). Hyperparameters here are what the verifier replays\n"
+            "# dk job (version 2). Hyperparameters here are what the verifier replays\n"
             "# with; nothing in a worker's bundle can change them. job_id covers every key\n"
-            "# except data.path.\n"
+            "# except data.path and init.path.\n"
         )
         return header + tomli_w.dumps(self.spec)
 
@@ -377,7 +634,13 @@ def parse_job(text: str, *, base_dir: Path = Path(".")) -> JobSpec:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise _fail(f"not valid TOML: {e}") from None
-    return JobSpec(normalize(raw), base_dir)
+    spec = normalize(raw)
+    m = spec["model"]
+    if m.get("source") and not m.get("source_sha256"):  # pin the file beside the job
+        from dk.pol.modelsrc import source_digest
+
+        m["source_sha256"] = source_digest(base_dir / m["source"]).hex()
+    return JobSpec(spec, base_dir)
 
 
 def load_job(path: str | Path) -> JobSpec:

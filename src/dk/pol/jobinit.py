@@ -10,6 +10,8 @@ from dk.pol.checkpoint import checkpoint_root, initial_checkpoint
 from dk.pol.data import load_dataset
 from dk.pol.job import JobSpec, normalize
 
+PROVISIONAL_TOLERANCE = 1.0  # replaced by the calibrated value before the job is returned
+
 
 def default_job(
     *,
@@ -43,7 +45,7 @@ def default_job(
         "name": name or f"{dataset}-{arch}",
         "seed": seed,
         "model": {"arch": arch},
-        "data": {"dataset": dataset},
+        "data": {"kind": dataset},
         "train": {"optimizer": optimizer, "loss": loss, "steps": steps, "batch_size": batch_size},
         "pol": {"interval": interval, "mode": mode},
     }
@@ -51,6 +53,10 @@ def default_job(
         raw["model"]["hidden"] = hidden
     if data_path:
         raw["data"]["path"] = data_path
+    if dataset == "images":  # SPEC §7.4: the job names the decoder; default: this machine's
+        from dk.pol.data.images import installed_decoder
+
+        raw["data"]["decoder"] = installed_decoder()
     if mode == "zk":
         raw["train"]["momentum"] = 0.0
     if lr is not None:
@@ -60,9 +66,12 @@ def default_job(
     if tolerance is not None:
         raw["pol"]["tolerance"] = tolerance
     elif mode == "tolerant":
-        raw["pol"]["tolerance"] = 1e-3
+        raw["pol"]["tolerance"] = PROVISIONAL_TOLERANCE
     for sec, values in extra.items():
         raw.setdefault(sec, {}).update(values)
+    if "source" in raw["model"] or "entry" in raw["model"]:
+        return _custom_job(raw, base_dir, tolerance)
+    _fill_init_root(raw, base_dir)
     probe_model = {**raw["model"], "output_dim": 1}
     probe_model.setdefault(
         "input_shape" if arch == "cnn" else "input_dim", [1, 4, 4] if arch == "cnn" else 1
@@ -77,8 +86,53 @@ def default_job(
     else:
         raw["model"]["input_dim"] = ds.input_dim
     raw["data"]["root"] = ds.root().hex()
-    job = JobSpec(normalize(raw), base_dir)
+    return _pin(JobSpec(normalize(raw), base_dir), init_extra, tolerance)
+
+
+def _custom_job(raw: dict[str, Any], base_dir: Path, tolerance: float | None) -> JobSpec:
+    """A job whose model is a file beside it or a pinned entry point."""
+    m = raw["model"]
+    m.pop("arch", None)
+    if m.get("entry") and not m.get("module_sha256"):
+        import importlib.metadata
+
+        from dk.pol.modelsrc import entry_digest
+
+        m["module_sha256"] = entry_digest(m["entry"])
+        m.setdefault("distribution", m["entry"].split(".")[0].split(":")[0])
+        m.setdefault("dist_version", importlib.metadata.version(m["distribution"]))
+    if m.get("source") and not m.get("source_sha256"):
+        from dk.pol.modelsrc import source_digest
+
+        m["source_sha256"] = source_digest(base_dir / m["source"]).hex()
+    _fill_init_root(raw, base_dir)
+    ds = load_dataset(JobSpec(normalize(raw), base_dir))
+    raw["data"]["root"] = ds.root().hex()
+    return _pin(JobSpec(normalize(raw), base_dir), None, tolerance)
+
+
+def _fill_init_root(raw: dict[str, Any], base_dir: Path) -> None:
+    """``init.root`` of a consumer's ``init.safetensors`` (fine-tuning), when not given."""
+    init = raw.get("init", {})
+    if init.get("method") != "file" or init.get("root"):
+        return
+    from safetensors.numpy import load_file
+
+    from dk.crypto.encoding import tensors_root
+
+    path = base_dir / init.get("path", "init.safetensors")
+    try:
+        init["root"] = tensors_root(load_file(str(path))).hex()
+    except Exception as e:  # safetensors' own error types
+        raise FormatError(f"initial weights {path}: {e}", reason="INIT_MISMATCH") from None
+    raw["init"] = init
+
+
+def _pin(job: JobSpec, init_extra: Any, tolerance: float | None) -> JobSpec:
+    """Fill ``pol.init_root`` (and, in tolerant mode, the calibrated tolerance)."""
     from dk.pol.sampler import job_sampler
+
+    ds = load_dataset(job)
 
     spe = job_sampler(job, len(ds)).steps_per_epoch
     ck0 = initial_checkpoint(job, spe)
@@ -86,7 +140,14 @@ def default_job(
         if init_extra is None:
             return job
         ck0.update(init_extra(job))
-    return job.with_updates(pol={"init_root": checkpoint_root(ck0).hex()})
+    job = job.with_updates(pol={"init_root": checkpoint_root(ck0).hex()})
+    if job.mode == "tolerant" and tolerance is None:
+        from dk.pol.calibrate import calibrate
+
+        # One source of truth: the tolerance `dk calibrate` recommends for this very job.
+        cal = calibrate(job, intervals=2, cheats=False)
+        job = job.with_updates(pol={"tolerance": cal.recommended_tolerance})
+    return job
 
 
 def _square(n: int) -> list[int]:

@@ -1,4 +1,9 @@
-"""The built-in model registry and dk's specified initialiser (SPEC §9).
+"""The built-in model registry, dk's specified initialiser and initial states (SPEC §9).
+
+Model files and entry points are loaded by :mod:`dk.pol.modelsrc`; this module gives every
+job, registry or not, its ``model/*`` tensor specs (:func:`state_specs`), its initial state
+(:func:`initial_state`: dk's initialiser, a seeded construction or ``init.safetensors``) and a
+torch module (:func:`build_model`).
 
 Architectures (parameter names and shapes follow ``torch.nn.Linear`` / ``nn.Conv2d``):
 
@@ -130,12 +135,117 @@ def build_torch_model(model: dict[str, Any]) -> Any:
     return DkCNN() if arch == "cnn" else DkMLP()
 
 
+StateSpec = tuple[str, tuple[int, ...], str]  # (name, shape, dtype name)
+
+_CACHE: dict[tuple[bytes, str, str], Any] = {}
+
+
+def _cached(job: Any, what: str, make: Any) -> Any:
+    key = (job.job_id, str(job.base_dir), what)
+    if key not in _CACHE:
+        if len(_CACHE) > 64:
+            _CACHE.clear()
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+def _custom_state(job: Any) -> dict[str, np.ndarray]:
+    from dk.pol.modelsrc import build_custom
+
+    module = build_custom(job)
+    return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+def _custom_params(job: Any) -> list[str]:
+    from dk.pol.modelsrc import build_custom
+
+    return [n for n, _ in build_custom(job).named_parameters()]
+
+
+def state_specs(job: Any) -> list[StateSpec]:
+    """Every ``model/*`` tensor a checkpoint commits: parameters and buffers (SPEC §10.1)."""
+    if not job.is_custom:
+        return [(n, s, "float32") for n, s, _ in param_specs(job.model)]
+
+    def make() -> list[StateSpec]:
+        return [(k, tuple(v.shape), v.dtype.name) for k, v in _custom_state(job).items()]
+
+    return list(_cached(job, "specs", make))
+
+
+def param_names(job: Any) -> list[str]:
+    """Trainable parameters in registration order (the optimizer's order)."""
+    if not job.is_custom:
+        return [n for n, _, _ in param_specs(job.model)]
+    return list(_cached(job, "params", lambda: _custom_params(job)))
+
+
+def load_init_file(job: Any) -> dict[str, np.ndarray]:
+    """``init.safetensors`` (fine-tuning), checked against ``init.root`` (SPEC §9.2)."""
+    from safetensors.numpy import load
+
+    from dk.crypto.encoding import tensors_root
+    from dk.crypto.hashing import digests_equal
+
+    path = job.init_path()
+    if path is None or not path.is_file() or path.is_symlink():
+        raise FormatError(f"initial weights not found: {path}", reason="INIT_MISMATCH")
+    if path.stat().st_size > 4 * 1024**3:
+        raise FormatError(f"{path} is over 4 GiB", reason="INIT_MISMATCH")
+    try:
+        tensors = {k: np.asarray(v) for k, v in load(path.read_bytes()).items()}
+    except Exception as e:  # safetensors raises its own error type
+        raise FormatError(f"{path}: not valid safetensors: {e}", reason="INIT_MISMATCH") from None
+    if not digests_equal(tensors_root(tensors), bytes.fromhex(job.init["root"])):
+        raise FormatError(f"{path} is not the job's init.root", reason="INIT_MISMATCH")
+    return tensors
+
+
+def initial_state(job: Any) -> dict[str, np.ndarray]:
+    """The ``model/*`` tensors of checkpoint 0 by name (SPEC §9.2, §10.2)."""
+    method = job.init["method"]
+    if method == "dk":
+        return init_params(job.model, job.seed)
+    if method == "seeded":
+        return dict(_cached(job, "init", lambda: _custom_state(job)))
+    tensors = load_init_file(job)
+    want = {n: (s, d) for n, s, d in state_specs(job)}
+    got = {k: (tuple(v.shape), v.dtype.name) for k, v in tensors.items()}
+    if got != want:
+        extra = sorted(set(got) - set(want))[:3]
+        missing = sorted(set(want) - set(got))[:3]
+        diff = [k for k in want if k in got and got[k] != want[k]][:3]
+        raise FormatError(
+            f"init.safetensors does not fit the model: missing {missing} extra {extra} "
+            f"shape/dtype differs {diff}",
+            reason="INIT_MISMATCH",
+        )
+    return tensors
+
+
 def build_model(job: Any) -> Any:
-    """The job's model as a torch module, holding the job's initial weights."""
+    """The job's model as a torch module on CPU, holding the job's initial state."""
     import torch
 
+    if job.is_custom:
+        from dk.pol.modelsrc import build_custom
+
+        module = build_custom(job)
+        if job.init["method"] == "file":
+            state = {k: torch.from_numpy(v.copy()) for k, v in initial_state(job).items()}
+            module.load_state_dict(state, strict=True)
+        return module
     module = build_torch_model(job.model)
     with torch.no_grad():
-        for name, value in init_params(job.model, job.seed).items():
+        for name, value in initial_state(job).items():
             module.get_parameter(name).copy_(torch.from_numpy(value))
     return module
+
+
+def build_fresh(job: Any) -> Any:
+    """A module of the job's architecture for replay (its weights are overwritten)."""
+    if job.is_custom:
+        from dk.pol.modelsrc import build_custom
+
+        return build_custom(job)
+    return build_torch_model(job.model)

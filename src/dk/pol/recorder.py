@@ -10,33 +10,63 @@
 ``attach`` checks that the model, optimizer and loader are the job's, and returns the model,
 the optimizer wrapped so that each ``step()`` is counted, and a loader that yields the job's
 batches in the job's order. Every ``k`` steps a snapshot is taken; hashing and writing happen
-on a background thread so training is not held up.
+on a background thread so training is not held up; blobs are not fsynced one by one, the
+run is made durable once, before ``run.json`` marks it complete.
+
+torch is imported only when torch computes the steps (or when ``attach`` is given torch
+objects): a run on a step engine (dk kernels, zk circuit) never loads it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import queue
 import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from dk.crypto.hashing import digests_equal
-from dk.errors import DkError, FormatError
-from dk.pol.checkpoint import Tensors, checkpoint_root, update_norm, write_blob
+from dk.errors import DkError, FormatError, JobMismatch
+from dk.pol.checkpoint import Tensors, checkpoint_root, sync_files, update_norm, write_blob
 from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.job import JobSpec, as_job
-from dk.pol.models import init_params, param_specs
+from dk.pol.models import initial_state, state_specs
 from dk.pol.run import CheckpointEntry, IntervalEntry, RunInfo, write_run
 from dk.pol.sampler import job_sampler
-from dk.pol.torch_adapter import batch_tensors, deterministic, make_codec, snapshot
+
+if TYPE_CHECKING:
+    import torch
+else:
+
+    class _LazyTorch:
+        """``torch`` imported on first use: a run on dk's kernels never imports it."""
+
+        def __getattr__(self, name: str) -> Any:
+            import torch
+
+            return getattr(torch, name)
+
+    torch = _LazyTorch()
+
+__all__ = ["JobMismatch", "Recorder", "TrainingDiverged"]
+
+LR_RTOL = 1e-6  # a user's scheduler may round differently; dk then sets its own value
+GRAD_RTOL = 1e-3  # user's vs kernel gradients (float32 torch vs fixed-order kernels)
+SCHEDULE_DRY_RUN = 100_000  # steps of a user's scheduler checked at attach
+PROGRESS_PERIOD_S = 0.1  # a progress bar redraws per call: not once per (fast) step
 
 
-class JobMismatch(DkError, ValueError):
-    """The model, optimizer or loader handed to ``attach`` is not the job's."""
+class TrainingDiverged(DkError, FloatingPointError):
+    """A step produced NaN or infinite weights; recording stops at that step."""
+
+
+def _lr_close(got: float, want: float) -> bool:
+    return abs(got - want) <= LR_RTOL * abs(want) + 1e-15
 
 
 def check_data(job: JobSpec, dataset: Dataset) -> None:
@@ -46,26 +76,67 @@ def check_data(job: JobSpec, dataset: Dataset) -> None:
         raise FormatError("the dataset does not match the job's data.root", reason="DATA_MISMATCH")
 
 
-class _RecordedOptimizer:
-    """Delegates to the user's optimizer and tells the recorder about each ``step()``."""
+@functools.cache
+def _recorded_optimizer_type() -> type:
+    """The recorded-optimizer class, built on first use (torch is imported only then)."""
+    import torch
 
-    def __init__(self, inner: torch.optim.Optimizer, recorder: Recorder) -> None:
-        self._inner, self._recorder = inner, recorder
+    class _RecordedOptimizer(torch.optim.Optimizer):
+        """The user's optimizer, recorded: a real ``torch.optim.Optimizer`` sharing its groups and
+        state, so LR schedulers built on either object drive the same learning rate.
 
-    def step(self, closure: Any = None) -> Any:
-        rec = self._recorder
-        if rec.engine is not None:  # a step engine (dk kernels, zk circuit) does the whole step
-            rec._kernel_step()
+        Each ``step()`` checks the learning rate against the job's schedule (then sets dk's exact
+        value), checks the step's forward passes, clips by global norm when the job says so, runs
+        the user's optimizer (or the step engine), and stops at the first non-finite update.
+        """
+
+        def __init__(self, inner: torch.optim.Optimizer, recorder: Recorder) -> None:
+            # Not Optimizer.__init__: the groups and state are the inner optimizer's own objects.
+            self._inner, self._recorder = inner, recorder
+            self.defaults = inner.defaults
+            self.param_groups = inner.param_groups
+            self.state = inner.state
+
+        def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+            """One recorded training step (see the class docs)."""
+            rec = self._recorder
+            rec._check_step_inputs(self)
+            if rec.engine is not None:  # a step engine (dk kernels, zk circuit) does the whole step
+                rec._kernel_step()
+                rec._on_step()
+                return None
+            if rec.codec is not None and rec._model is not None:  # compressed job: SPEC Part III
+                rec.codec.compress_grads_(rec._model.named_parameters())
+            if rec._model is not None:
+                from dk.pol.torch_adapter import clip_gradients
+
+                clip_gradients(rec.job, rec._model.parameters())
+            out = self._inner.step(closure)
+            rec._check_finite()
             rec._on_step()
-            return None
-        if rec.codec is not None and rec._model is not None:  # compressed job: SPEC Part III
-            rec.codec.compress_grads_(rec._model.named_parameters())
-        out = self._inner.step(closure)
-        self._recorder._on_step()
-        return out
+            return out
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            """The user's optimizer's ``zero_grad``."""
+            self._inner.zero_grad(set_to_none=set_to_none)
+
+        def state_dict(self) -> dict[str, Any]:
+            """The user's optimizer's state dict."""
+            return self._inner.state_dict()
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            """Refused: the optimizer state comes from the job's checkpoints."""
+            raise JobMismatch("load_state_dict on a recorded optimizer: the state is the job's")
+
+        def __getattr__(self, name: str) -> Any:
+            if name.startswith("_inner"):
+                raise AttributeError(name)
+            return getattr(self._inner, name)
+
+        def __repr__(self) -> str:
+            return f"Recorded({self._inner!r})"
+
+    return _RecordedOptimizer
 
 
 class JobLoader:
@@ -78,14 +149,21 @@ class JobLoader:
         return self._rec.job.steps - self._rec.step
 
     def __iter__(self) -> Any:
+        from dk.pol.torch_adapter import job_batch
+
         rec = self._rec
+        acc = int(rec.job.train.get("accumulation", 1))
         for t in range(rec.step, rec.job.steps):
             if rec.step != t:
                 raise JobMismatch(
                     "optimizer.step() must be called exactly once per batch "
                     f"(step {rec.step}, batch {t})"
                 )
-            yield batch_tensors(rec.dataset, rec.sampler.batch(t))
+            x, y = job_batch(rec.job, rec.dataset, rec.sampler, t)
+            if acc == 1:
+                yield x, y
+            else:  # the job's micro-batches, one forward pass each, then one optimizer.step()
+                yield from zip(x.chunk(acc), y.chunk(acc), strict=True)
 
 
 class Recorder:
@@ -101,6 +179,11 @@ class Recorder:
         engine: Any = None,
     ) -> None:
         self.job = as_job(job)
+        if self.job.pol.get("backend") == "rounded":  # SPEC VI: not wired into the Recorder yet
+            raise JobMismatch(
+                "pol.backend = 'rounded': train with dk.pol.backends.session.record_run "
+                "(the Recorder does not write rounding logs yet)"
+            )
         self.run_dir = Path(run_dir)
         self.dataset = dataset if dataset is not None else load_dataset(self.job)
         check_data(self.job, self.dataset)
@@ -110,11 +193,18 @@ class Recorder:
         self.progress = progress
         self._ckpt_steps = self.job.checkpoint_steps()
         self._next = 1
+        self._forwards = 0
         self._model: torch.nn.Module | None = None
         self._opt: torch.optim.Optimizer | None = None
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
-        self.codec = make_codec(self.job)
+        self._written: list[Path] = []
+        self._progress_at = 0.0
+        self.codec: Any = None
+        if self.job.train.get("compression"):
+            from dk.pol.torch_adapter import make_codec
+
+            self.codec = make_codec(self.job)
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
 
         # A step engine owns the NumPy state and computes whole steps: dk's reproducible
@@ -126,9 +216,11 @@ class Recorder:
         # torch computes the steps only without an engine; then exact/zk pin it to one thread
         # with deterministic algorithms (pinning it otherwise would also cap the kernels'
         # OpenMP pool, which torch shares).
-        self._det = deterministic(
-            1 if engine is None and self.job.mode in ("exact", "zk") else None
-        )
+        self._det: Any = contextlib.nullcontext()
+        if engine is None:
+            from dk.pol.torch_adapter import deterministic
+
+            self._det = deterministic(1 if self.job.mode in ("exact", "zk") else None)
         self.info = RunInfo(
             job_id=self.job.job_id.hex(),
             data_root=self.dataset.root().hex(),
@@ -138,22 +230,44 @@ class Recorder:
 
     # -- attach ------------------------------------------------------------------------
     def _check_model(self, model: torch.nn.Module) -> None:
-        got = {n: tuple(p.shape) for n, p in model.named_parameters()}
-        want = {n: s for n, s, _ in param_specs(self.job.model)}
+        job = self.job
+        got = {n: (tuple(v.shape), str(v.dtype)[6:]) for n, v in model.state_dict().items()}
+        want = {n: (s, d) for n, s, d in state_specs(job)}
         if got != want:
+            what = "model file's" if job.is_custom else f"{job.model['arch']}"
+            missing = sorted(set(want) - set(got))[:3]
+            extra = sorted(set(got) - set(want))[:3]
+            diff = [n for n in want if n in got and got[n] != want[n]][:3]
             raise JobMismatch(
-                f"model parameters {got} are not the job's {self.job.model['arch']} {want}"
+                f"the model's parameters and buffers are not the job's {what} model: "
+                f"missing {missing}, extra {extra}, "
+                f"shape/dtype differs {diff}"
             )
-        for name, value in init_params(self.job.model, self.job.seed).items():
-            if not np.array_equal(model.get_parameter(name).detach().numpy(), value):
+        dev = next(iter(model.state_dict().values())).device
+        if dev.type != job.train.get("device", "cpu"):
+            raise JobMismatch(
+                f"the model is on {dev.type}, the job trains on {job.train['device']} "
+                "(move it with model.to(...) before attach)"
+            )
+        state = model.state_dict()
+        for name, value in initial_state(job).items():
+            if not np.array_equal(state[name].detach().cpu().numpy(), value):
                 raise JobMismatch(
-                    f"model weight {name} is not the job's initial weight "
+                    f"model tensor {name} is not the job's initial weight "
                     "(use dk.pol.build_model(job))"
                 )
 
-    def _check_optimizer(self, optimizer: torch.optim.Optimizer, model: torch.nn.Module) -> None:
+    def _check_optimizer(
+        self, optimizer: torch.optim.Optimizer, model: torch.nn.Module, scheduled: bool
+    ) -> None:
+        import torch
+
+        from dk.pol.schedule import lr_at
+
         t = self.job.train
-        cls = torch.optim.SGD if t["optimizer"] == "sgd" else torch.optim.Adam
+        cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[
+            t["optimizer"]
+        ]
         if type(optimizer) is not cls:
             raise JobMismatch(f"optimizer must be torch.optim.{cls.__name__} for this job")
         if len(optimizer.param_groups) != 1:
@@ -161,34 +275,98 @@ class Recorder:
         g = optimizer.param_groups[0]
         if [id(p) for p in g["params"]] != [id(p) for p in model.parameters()]:
             raise JobMismatch("optimizer must hold the model's parameters in model order")
-        want: dict[str, Any] = {"lr": t["lr"], "weight_decay": t["weight_decay"], "maximize": False}
+        want: dict[str, Any] = {"weight_decay": t["weight_decay"], "maximize": False}
         if t["optimizer"] == "sgd":
-            want.update(momentum=t["momentum"], dampening=0, nesterov=False)
+            want.update(momentum=t["momentum"], dampening=0, nesterov=t["nesterov"])
         else:
             want.update(betas=tuple(t["betas"]), eps=t["eps"], amsgrad=False)
         for k, v in want.items():
             got = tuple(g[k]) if isinstance(g.get(k), list | tuple) else g.get(k)
             if got != v:
                 raise JobMismatch(f"optimizer {k}={got!r}, the job says {v!r}")
+        if not scheduled and not _lr_close(g["lr"], lr_at(self.job, 0)):
+            raise JobMismatch(f"optimizer lr={g['lr']!r}, the job says {lr_at(self.job, 0)!r}")
         # Options that change the update rule (absent in older torch releases: default False).
-        for k in ("decoupled_weight_decay", "capturable", "differentiable"):
+        for k in ("capturable", "differentiable") + (
+            ("decoupled_weight_decay",) if t["optimizer"] == "adam" else ()
+        ):
             if g.get(k, False):
                 raise JobMismatch(f"optimizer {k}=True is not the job's update rule (the replay's)")
-        if g.get("foreach") or g.get("fused"):
+        if self.job.mode != "tolerant" and (g.get("foreach") or g.get("fused")):
             raise JobMismatch("use foreach=False and fused=False (the replay's implementation)")
         if optimizer.state:
             raise JobMismatch("optimizer already has state; attach before the first step")
 
+    def _check_scheduler(self, scheduler: Any, optimizer: torch.optim.Optimizer) -> None:
+        """Dry-run a user's LR scheduler against the job's schedule, then rewind it."""
+        import warnings
+
+        from dk.pol.schedule import lr_at
+
+        kind = self.job.train["schedule"]
+        if scheduler is None:
+            if kind != "constant" or self.job.train["warmup_steps"]:
+                raise JobMismatch(
+                    f"this job's learning rate follows a {kind} schedule; pass scheduler= "
+                    "(dk.pol.make_scheduler(job, optimizer) or your own that computes the same)"
+                )
+            return
+        if getattr(scheduler, "optimizer", None) is not optimizer:
+            raise JobMismatch("scheduler= must drive the optimizer passed to attach")
+        saved = scheduler.state_dict()
+        lrs = [g["lr"] for g in optimizer.param_groups]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for t in range(min(self.job.steps, SCHEDULE_DRY_RUN)):
+                    got, want = optimizer.param_groups[0]["lr"], lr_at(self.job, t)
+                    if not _lr_close(got, want):
+                        raise JobMismatch(
+                            f"the scheduler gives lr {got:.6g} at step {t}; the job's {kind} "
+                            f"schedule says {want:.6g}"
+                        )
+                    scheduler.step()
+        finally:
+            scheduler.load_state_dict(saved)
+            for g, lr in zip(optimizer.param_groups, lrs, strict=True):
+                g["lr"] = lr
+
     def attach(
-        self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, loader: Any = None
+        self,
+        *,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any = None,
+        data: Any = None,
+        loader: Any = None,
     ) -> tuple[torch.nn.Module, Any, JobLoader]:
-        """Check the user's objects against the job and start recording."""
+        """Check the user's objects against the job and start recording.
+
+        Args:
+            model: the job's model (``dk.pol.build_model(job)``, moved to the job's device).
+            optimizer: the job's optimizer over ``model.parameters()``.
+            scheduler: a torch LR scheduler over ``optimizer`` computing the job's schedule
+                (required when the job has one); checked step by step now.
+            data: the job's dataset, when the Recorder was not given it (checked by root).
+            loader: the user's own loader, checked for batch size and length, then replaced.
+
+        Returns:
+            ``(model, optimizer, loader)``: the model, the optimizer recorded (a real
+            ``torch.optim.Optimizer``), and a loader of the job's (micro-)batches.
+
+        Raises:
+            JobMismatch: with a message saying which object differs from the job and how.
+        """
+        if data is not None:
+            self._use_data(data)
         self._check_model(model)
-        self._check_optimizer(optimizer, model)
+        self._check_optimizer(optimizer, model, scheduled=scheduler is not None)
+        self._check_scheduler(scheduler, optimizer)
         if loader is not None:
             bs = getattr(loader, "batch_size", None)
             ds = getattr(loader, "dataset", None)
-            if bs is not None and bs != self.job.train["batch_size"]:
+            mb = self.job.train["batch_size"] // self.job.train["accumulation"]
+            if bs is not None and bs not in (self.job.train["batch_size"], mb):
                 raise JobMismatch(
                     f"loader batch_size {bs}, the job says {self.job.train['batch_size']}"
                 )
@@ -197,8 +375,99 @@ class Recorder:
                     f"loader dataset has {len(ds)} samples, the job's has {len(self.dataset)}"
                 )
         self._model, self._opt = model, optimizer
+        self._hook = model.register_forward_pre_hook(self._on_forward)
+        if self.job.train.get("precision", "fp32") != "fp32":
+            self._post_hook = model.register_forward_hook(self._after_forward)
         self._start()
-        return model, _RecordedOptimizer(optimizer, self), JobLoader(self)
+        return model, _recorded_optimizer_type()(optimizer, self), JobLoader(self)
+
+    def _use_data(self, data: Any) -> None:
+        if not hasattr(data, "root"):
+            from dk.pol import data as data_mod
+
+            adapt = getattr(data_mod, "from_map_style", None)
+            if adapt is None:
+                raise JobMismatch("data= must be a dk dataset (dk.pol.data)")
+            data = adapt(data)
+        check_data(self.job, data)
+        check_dims(self.job, data)
+        self.dataset = data
+        self.sampler = job_sampler(self.job, len(data))
+        self.info.data_root = data.root().hex()
+
+    # -- the user's loop -----------------------------------------------------------------
+    def autocast(self) -> Any:
+        """The job's precision as an autocast context for the forward pass (no-op for fp32)."""
+        from dk.pol.torch_adapter import autocast
+
+        dev = torch.device(self.job.train.get("device", "cpu"))
+        return autocast(self.job, dev)
+
+    def _on_forward(self, module: torch.nn.Module, args: Any) -> None:
+        """Forward pre-hook: seed the micro-batch's randomness and check the precision."""
+        if not torch.is_grad_enabled():
+            return  # evaluation inside the loop: not a training forward
+        from dk.pol.augment import seed_step
+
+        if not module.training:
+            raise JobMismatch("the model is in eval mode during a training step (model.train())")
+        dev = self.job.train.get("device", "cpu")
+        prec = self.job.train.get("precision", "fp32")
+        on = torch.is_autocast_enabled(dev)
+        want_dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec)
+        if (want_dt is None) == on or (on and torch.get_autocast_dtype(dev) != want_dt):
+            raise JobMismatch(
+                f"this job trains in {prec}: run the forward pass "
+                + ("inside `with rec.autocast():`" if want_dt else "without autocast")
+            )
+        seed_step(self.job.seed, self.step, self._forwards)
+        self._forwards += 1
+
+    @staticmethod
+    def _after_forward(module: torch.nn.Module, args: Any, out: Any) -> Any:
+        """Forward hook (bf16/fp16 jobs): the loss sees float32 outputs (SPEC §12.4)."""
+        if torch.is_grad_enabled() and torch.is_tensor(out) and out.dtype != torch.float32:
+            return out.float() if out.is_floating_point() else None
+        return None
+
+    def _check_step_inputs(self, opt: torch.optim.Optimizer) -> None:
+        """At ``optimizer.step()``: the job's number of forwards and the job's learning rate."""
+        from dk.pol.schedule import lr_at
+
+        acc = int(self.job.train.get("accumulation", 1))
+        n, self._forwards = self._forwards, 0
+        if self.step >= self.job.steps:
+            raise JobMismatch(f"more optimizer steps than the job's {self.job.steps}")
+        if n == 0:
+            raise JobMismatch(
+                f"step {self.step}: optimizer.step() without a training forward pass; call it "
+                "exactly once per batch, after backward()"
+            )
+        if self.engine is None and n != acc:
+            raise JobMismatch(
+                f"step {self.step} ran {n} training forward pass(es); the job runs {acc} "
+                "per step (one per micro-batch the loader yields)"
+            )
+        want = lr_at(self.job, self.step)
+        for g in opt.param_groups:
+            if not _lr_close(g["lr"], want):
+                raise JobMismatch(
+                    f"lr at step {self.step} is {g['lr']:.6g}; the job's "
+                    f"{self.job.train['schedule']} schedule says {want:.6g}"
+                )
+            g["lr"] = want  # the replay's exact value
+
+    def _check_finite(self) -> None:
+        """Stop at the first update that made a weight NaN or infinite."""
+        assert self._model is not None
+        sums = [p.detach().sum() for p in self._model.parameters()]
+        if sums and not bool(torch.isfinite(torch.stack(sums).float()).all()):
+            bad = [n for n, p in self._model.named_parameters() if not torch.isfinite(p).all()]
+            raise TrainingDiverged(
+                f"step {self.step}: the update made {bad[:3]} NaN or infinite; recording "
+                f"stopped (the run directory holds checkpoints up to step "
+                f"{self._ckpt_steps[self._next - 1]})"
+            )
 
     def start_engine(self) -> None:
         """Start recording a run that the step engine computes alone (no torch objects).
@@ -228,6 +497,8 @@ class Recorder:
             ck = self.engine.snapshot(step, self.sampler.steps_per_epoch)
         else:
             assert self._model is not None and self._opt is not None
+            from dk.pol.torch_adapter import snapshot
+
             ck = snapshot(
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )
@@ -242,10 +513,47 @@ class Recorder:
         self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
         if self._model is None:
             return
+        self._check_user_gradients()
+        if not all(np.isfinite(v).all() for v in self.engine.params.values()):
+            raise TrainingDiverged(f"step {self.step}: the update made weights NaN or infinite")
+        import torch
+
         for name, p in self._model.named_parameters():
             arr = self.engine.params[name]
             if p.data.data_ptr() != arr.ctypes.data:
                 p.data = torch.from_numpy(arr)
+
+    def _check_user_gradients(self) -> None:
+        """Exact mode on dk's kernels: the kernel computed the job's step; refuse a loop whose
+        own gradients (the user's loss) are not that step's, instead of ignoring them."""
+        assert self._model is not None and self.engine is not None
+        bufs = getattr(getattr(self.engine, "trainer", None), "_bufs", None)
+        if bufs is None:
+            return
+        num = den = 0.0
+        for name, p in self._model.named_parameters():
+            ref = bufs.get("g:" + name)
+            if ref is None:
+                return
+            host = ref.copy_to_host() if hasattr(ref, "copy_to_host") else ref
+            ref = np.asarray(host, dtype=np.float64)
+            if p.grad is None:
+                raise JobMismatch(
+                    f"step {self.step}: {name} has no gradient; the loop must compute the job's "
+                    f"{self.job.train['loss']} loss on the loader's batch and call backward() "
+                    "before optimizer.step()"
+                )
+            d = p.grad.detach().cpu().numpy().astype(np.float64) - ref
+            num += float(np.dot(d.ravel(), d.ravel()))
+            den += float(np.dot(ref.ravel(), ref.ravel()))
+        rel = (num / den) ** 0.5 if den > 0 else num**0.5
+        if rel > GRAD_RTOL:
+            raise JobMismatch(
+                f"step {self.step}: your loop's gradients differ from the job's step (relative "
+                f"difference {rel:.3g}). In exact mode dk's kernels compute the step that is "
+                f"proven, so the loop must compute the job's {self.job.train['loss']} loss "
+                "(mean over the loader's batch) and nothing else"
+            )
 
     def _put(self, item: Any) -> None:
         while True:
@@ -261,8 +569,11 @@ class Recorder:
         self.step += 1
         if self.step > self.job.steps:
             raise JobMismatch(f"more optimizer steps than the job's {self.job.steps}")
-        if self.progress is not None:
-            self.progress(self.step)
+        if self.progress is not None:  # at most every 0.1 s, and at the last step
+            now = time.monotonic()
+            if now >= self._progress_at or self.step == self.job.steps:
+                self._progress_at = now + PROGRESS_PERIOD_S
+                self.progress(self.step)
         if self._next < len(self._ckpt_steps) and self.step == self._ckpt_steps[self._next]:
             self._snap(self._next, self.step)
             self._next += 1
@@ -277,7 +588,8 @@ class Recorder:
                     return
                 index, step, ck = item
                 root = checkpoint_root(ck)
-                _, _, nbytes = write_blob(self.run_dir, ck, root)
+                _, path, nbytes = write_blob(self.run_dir, ck, root, durable=False)
+                self._written.append(path)
                 entry = CheckpointEntry(index=index, step=step, root=root.hex(), nbytes=nbytes)
                 self.info.checkpoints.append(entry)
                 line: dict[str, Any] = {"checkpoint": entry.__dict__}
@@ -295,7 +607,8 @@ class Recorder:
                     self.info.intervals.append(iv)
                     line["interval"] = iv.__dict__
                 log.write(json.dumps(line) + "\n")
-                log.flush()
+                if self._queue.empty():  # caught up: flush; behind: one flush for the batch
+                    log.flush()
                 prev = ck
         except BaseException as e:  # surfaced in the training thread
             self._error = e
@@ -310,6 +623,10 @@ class Recorder:
 
     def finish(self) -> RunInfo:
         """Wait for pending commits, check the run is complete, write ``run.json``."""
+        for name in ("_hook", "_post_hook"):
+            hook = getattr(self, name, None)
+            if hook is not None:
+                hook.remove()
         try:
             self._queue.put(None)
             self._thread.join()
@@ -319,6 +636,9 @@ class Recorder:
             raise self._error
         if self.step != self.job.steps:
             raise JobMismatch(f"training stopped at step {self.step} of {self.job.steps}")
+        # One durability point for the whole run (not one fsync per checkpoint): every blob
+        # and the log reach the disk before run.json (itself written atomically) says complete.
+        sync_files([*self._written, self.run_dir / "run.log.jsonl"])
         self.info.complete = True
         write_run(self.run_dir, self.info)
         return self.info

@@ -6,11 +6,13 @@ loss, data, sampler), never from the bundle; the bundle only supplies the start 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from dk.crypto.numeric import fold_sum_inplace
 from dk.pol.checkpoint import Tensors, model_tensors
 from dk.pol.data import Dataset
 from dk.pol.job import JobSpec
@@ -24,43 +26,72 @@ class Replayer:
     supplies weights and optimizer state, which :meth:`run` loads afresh each time.
     """
 
-    def __init__(self, job: JobSpec, dataset: Dataset, *, threads: int | None = 1) -> None:
+    def __init__(
+        self,
+        job: JobSpec,
+        dataset: Dataset,
+        *,
+        threads: int | None = 1,
+        device: str | None = None,
+    ) -> None:
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
-        from dk.pol.models import build_torch_model
-        from dk.pol.torch_adapter import make_loss, make_optimizer
 
+        if job.pol.get("backend") == "rounded":  # SPEC VI: replay needs the interval's log
+            from dk.errors import BackendUnavailable
+
+            raise BackendUnavailable(
+                "pol.backend = 'rounded': replay with dk.pol.backends.session.run_interval "
+                "and the interval's rounding log (not wired into bundles yet)"
+            )
         self.job, self.dataset, self.threads = job, dataset, threads
         self.sampler = job_sampler(job, len(dataset))
         self.kernels = KernelSession(job) if uses_kernels(job) else None
-        self.model = build_torch_model(job.model)
+        if self.kernels is not None:  # dk kernels: torch is never imported (a fixed cost)
+            return
+        from dk.pol.models import build_fresh
+        from dk.pol.torch_adapter import make_loss, make_optimizer, replay_device
+
+        self.device = replay_device(job, device)
+        self.model = build_fresh(job).to(self.device)
         self.optimizer = make_optimizer(job, self.model.parameters())
-        self.loss_fn = make_loss(job, dataset.output_dim)
+        self.loss_fn = make_loss(job, getattr(dataset, "output_dim", None))
 
     def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
         """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
-        from dk.pol.torch_adapter import (
-            batch_tensors,
-            compress_hook,
-            deterministic,
-            make_codec,
-            restore,
-            snapshot,
-            train_step,
-        )
-
         if self.kernels is not None:  # exact mode on dk's kernels (SPEC Part II)
             self.kernels.restore(start)
             for t in range(start_step, end_step):
                 idx = self.sampler.batch(t)
                 self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
             return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
+        from dk.pol.torch_adapter import (
+            compress_hook,
+            deterministic,
+            job_batch,
+            make_codec,
+            restore,
+            snapshot,
+            train_step,
+        )
+
         codec = make_codec(self.job)  # fresh state machine; its state comes from ``start``
         hook = compress_hook(codec)
         with deterministic(self.threads):
             restore(start, self.model, self.optimizer, self.job, codec)
+            self.model.train()
             for t in range(start_step, end_step):
-                x, y = batch_tensors(self.dataset, self.sampler.batch(t))
-                train_step(self.model, self.optimizer, self.loss_fn, x, y, hook)
+                x, y = job_batch(self.job, self.dataset, self.sampler, t)
+                train_step(
+                    self.model,
+                    self.optimizer,
+                    self.loss_fn,
+                    x,
+                    y,
+                    hook,
+                    job=self.job,
+                    step=t,
+                    device=self.device,
+                )
             return snapshot(
                 self.model, self.optimizer, self.job, end_step, self.sampler.steps_per_epoch, codec
             )
@@ -106,12 +137,13 @@ def distances(
     )
     upd_c, upd_r, diff = c - a, r - a, c - r
     tiny = np.finfo(np.float64).tiny
-    nc, nr = float(np.linalg.norm(upd_c)), float(np.linalg.norm(upd_r))
+    # SPEC §1.4: fixed-order sums, so the verdict l2 <= tolerance is the same on every machine.
+    nc, nr = (math.sqrt(fold_sum_inplace(u * u)) for u in (upd_c, upd_r))
     return {
-        "l2": float(np.linalg.norm(diff)) / max(nc, tiny),
+        "l2": math.sqrt(fold_sum_inplace(diff * diff)) / max(nc, tiny),
         "linf": float(np.max(np.abs(diff), initial=0.0))
         / max(float(np.max(np.abs(upd_c), initial=0.0)), tiny),
-        "cosine": float(np.dot(upd_c, upd_r)) / max(nc * nr, tiny),
+        "cosine": fold_sum_inplace(upd_c * upd_r) / max(nc * nr, tiny),
     }
 
 

@@ -1,11 +1,15 @@
 """PyTorch adapter: optimizer, loss, snapshot/restore and the canonical training step.
 
 One training step, the same in ``dk train``, a user's loop under :class:`~dk.pol.Recorder`
-and the verifier's replay::
+and the verifier's replay (SPEC §12.4)::
 
     optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x), y)
-    loss.backward()
+    set every group's lr to lr_at(job, t)
+    for j, (x_j, y_j) in enumerate(micro-batches of the (augmented) batch):
+        seed_step(seed, t, j)
+        with autocast(precision): out = model(x_j)
+        (loss_fn(out, y_j) / accumulation).backward()
+    clip_grad_norm_(parameters, clip_norm)        # when clip_norm > 0
     optimizer.step()
 """
 
@@ -31,9 +35,11 @@ def make_optimizer(job: Any, params: Any) -> torch.optim.Optimizer:
             lr=t["lr"],
             momentum=t["momentum"],
             weight_decay=t["weight_decay"],
+            nesterov=bool(t.get("nesterov", False)),
             foreach=False,
         )
-    return torch.optim.Adam(
+    cls = torch.optim.AdamW if t["optimizer"] == "adamw" else torch.optim.Adam
+    return cls(
         params,
         lr=t["lr"],
         betas=tuple(t["betas"]),
@@ -43,13 +49,29 @@ def make_optimizer(job: Any, params: Any) -> torch.optim.Optimizer:
     )
 
 
-def make_loss(job: Any, output_dim: int) -> Any:
-    """The job's loss as ``f(logits, y) -> scalar`` (mean over the batch)."""
-    if job.train["loss"] == "cross_entropy":
-        return lambda out, y: F.cross_entropy(out, y)
+def make_loss(job: Any, output_dim: int | None = None) -> Any:
+    """The job's loss as ``f(logits, y) -> scalar`` (mean over the batch, SPEC §6.1).
+
+    ``next_token_cross_entropy`` takes logits ``(B, T, V)`` and targets ``(B, T)``.
+    """
+    kind = job.train["loss"]
+    smooth = float(job.train.get("label_smoothing", 0.0))
+    if kind == "cross_entropy":
+        return lambda out, y: F.cross_entropy(out.float(), y, label_smoothing=smooth)
+    if kind == "next_token_cross_entropy":
+
+        def next_token(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            v = out.shape[-1]
+            return F.cross_entropy(
+                out.float().reshape(-1, v), y.reshape(-1).long(), label_smoothing=smooth
+            )
+
+        return next_token
 
     def mse(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        target = F.one_hot(y, output_dim).to(out.dtype) if y.dtype == torch.int64 else y
+        out = out.float()
+        width = output_dim if output_dim is not None else out.shape[-1]
+        target = F.one_hot(y, width).to(out.dtype) if y.dtype == torch.int64 else y
         return F.mse_loss(out, target)
 
     return mse
@@ -70,7 +92,8 @@ def deterministic(threads: int | None = 1) -> Iterator[None]:
         torch.use_deterministic_algorithms(old_det)
 
 
-_STATE_KEYS = {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq", "step")}
+_ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
+_STATE_KEYS = {"sgd": ("momentum_buffer",), "adam": _ADAM_KEYS, "adamw": _ADAM_KEYS}
 
 
 def make_codec(job: Any) -> Any:
@@ -98,15 +121,18 @@ def snapshot(
     steps_per_epoch: int,
     codec: Any = None,
 ) -> Tensors:
-    """Copy the training state at ``step`` into a checkpoint tensor set (SPEC §10.1)."""
+    """Copy the training state at ``step`` into a checkpoint tensor set (SPEC §10.1):
+    every parameter and buffer, the optimizer state, hyperparameters and step."""
     ck: Tensors = {}
+    for name, v in model.state_dict(keep_vars=True).items():
+        ck[f"model/{name}"] = v.detach().cpu().numpy().copy()
     for name, p in model.named_parameters():
-        ck[f"model/{name}"] = p.detach().numpy().copy()
         state = optimizer.state.get(p, {})
         for key in _STATE_KEYS[job.train["optimizer"]]:
             v = state.get(key)
             if v is not None:
-                ck[f"optim/{name}/{key}"] = v.detach().numpy().astype(np.float32, copy=True)
+                arr = v.detach().cpu().numpy() if torch.is_tensor(v) else np.asarray(v)
+                ck[f"optim/{name}/{key}"] = arr.astype(np.float32, copy=True)
     ck.update(hparam_tensors(job))
     ck.update(meta_tensors(job, step, steps_per_epoch))
     if codec is not None:
@@ -121,25 +147,100 @@ def restore(
     job: Any,
     codec: Any = None,
 ) -> None:
-    """Load a checkpoint's weights, optimizer state and codec state."""
+    """Load a checkpoint's parameters, buffers, optimizer state and codec state."""
     if codec is not None:
         codec.load_state_dict(ck)
     with torch.no_grad():
+        for name, v in model.state_dict(keep_vars=True).items():
+            v.copy_(torch.from_numpy(np.array(ck[f"model/{name}"])))
         for name, p in model.named_parameters():
-            p.copy_(torch.from_numpy(np.array(ck[f"model/{name}"])))
             optimizer.state.pop(p, None)
             state = {}
             for key in _STATE_KEYS[job.train["optimizer"]]:
                 v = ck.get(f"optim/{name}/{key}")
                 if v is not None:
-                    state[key] = torch.from_numpy(np.array(v, dtype=np.float32))
+                    state[key] = torch.from_numpy(np.array(v, dtype=np.float32)).to(p.device)
+                    if key == "step":  # torch keeps Adam's step on CPU unless capturable
+                        state[key] = state[key].cpu()
             if state:
                 optimizer.state[p] = state
 
 
+def batch_arrays(dataset: Any, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The batch at ``indices`` as NumPy arrays (the dataset's own ``batch`` if it has one)."""
+    get = getattr(dataset, "batch", None)
+    if callable(get):
+        x, y = get(indices)
+        return np.asarray(x), np.asarray(y)
+    return dataset.X[indices], dataset.y[indices]
+
+
 def batch_tensors(dataset: Any, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """The batch at ``indices`` as torch tensors."""
-    return torch.from_numpy(dataset.X[indices]), torch.from_numpy(dataset.y[indices])
+    x, y = batch_arrays(dataset, indices)
+    return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))
+
+
+def job_batch(job: Any, dataset: Any, sampler: Any, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Step ``step``'s batch with the job's augmentation (SPEC §8.3), on CPU."""
+    from dk.pol.augment import augment_batch
+
+    x, y = batch_arrays(dataset, sampler.batch(step))
+    if job.train.get("augment"):
+        x = augment_batch(job, step, x)
+    return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))
+
+
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def resolve_device(job: Any, device: str | None = None) -> torch.device:
+    """The device to train or replay on: ``device`` if given, else the job's ``train.device``.
+
+    Raises:
+        BackendUnavailable: a CUDA device on a machine without CUDA.
+    """
+    want = device or job.train.get("device", "cpu")
+    if want.startswith("cuda") and not torch.cuda.is_available():
+        from dk.errors import BackendUnavailable
+
+        raise BackendUnavailable(
+            "this job trains on cuda (train.device) but torch sees no CUDA device here"
+        )
+    return torch.device(want)
+
+
+def replay_device(job: Any, device: str | None = None) -> torch.device:
+    """Where a verifier replays: ``device`` if given; else the job's device where this machine
+    has it, otherwise the CPU (a tolerant replay of a CUDA run on a CPU is legitimate)."""
+    if device is not None:
+        return resolve_device(job, device)
+    want = job.train.get("device", "cpu")
+    return torch.device("cuda" if want == "cuda" and torch.cuda.is_available() else "cpu")
+
+
+def autocast(job: Any, device: torch.device) -> Any:
+    """The job's precision as an autocast context (a no-op for fp32, SPEC §6.1)."""
+    dt = _AUTOCAST.get(job.train.get("precision", "fp32"))
+    if dt is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dt)
+
+
+def clip_gradients(job: Any, params: Any) -> None:
+    """Clip the gradients' global L2 norm to ``train.clip_norm`` (0 = off)."""
+    c = float(job.train.get("clip_norm", 0.0))
+    if c > 0.0:
+        torch.nn.utils.clip_grad_norm_(params, c, foreach=False)
+
+
+def set_lr(job: Any, optimizer: torch.optim.Optimizer, step: int) -> None:
+    """Set every group's lr to the job's schedule at ``step`` (SPEC §8.4)."""
+    from dk.pol.schedule import lr_at
+
+    lr = lr_at(job, step)
+    for g in optimizer.param_groups:
+        g["lr"] = lr
 
 
 def train_step(
@@ -149,12 +250,44 @@ def train_step(
     x: torch.Tensor,
     y: torch.Tensor,
     grad_hook: Any = None,
+    *,
+    job: Any = None,
+    step: int = 0,
+    device: torch.device | None = None,
 ) -> float:
-    """One canonical step; ``grad_hook(model)`` may transform gradients before the update."""
+    """One canonical step (SPEC §12.4); ``grad_hook(model)`` may transform gradients.
+
+    With ``job``: the schedule's lr, ``accumulation`` micro-batches (each seeded by
+    :func:`dk.pol.augment.seed_step`, loss divided by their count), autocast in the job's
+    precision, clipping by global norm, then the optimizer's step. Returns the mean loss.
+    """
     optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(model(x), y)
-    loss.backward()
+    if job is None:
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        if grad_hook is not None:
+            grad_hook(model)
+        optimizer.step()
+        return float(loss.detach())
+    from dk.pol.augment import seed_step
+
+    dev = device or torch.device("cpu")
+    set_lr(job, optimizer, step)
+    acc = int(job.train.get("accumulation", 1))
+    xs, ys = x.chunk(acc), y.chunk(acc)
+    total = 0.0
+    for j in range(acc):
+        xj, yj = xs[j].to(dev), ys[j].to(dev)
+        seed_step(job.seed, step, j)
+        with autocast(job, dev):
+            out = model(xj)
+        if torch.is_tensor(out) and out.is_floating_point():
+            out = out.float()  # the loss sees float32 outputs, as under the Recorder
+        loss = loss_fn(out, yj) / acc
+        loss.backward()
+        total += float(loss.detach())
     if grad_hook is not None:
         grad_hook(model)
+    clip_gradients(job, model.parameters())
     optimizer.step()
-    return float(loss.detach())
+    return total

@@ -10,7 +10,6 @@ from dk.pol.job import JobSpec, as_job
 from dk.pol.models import build_model
 from dk.pol.recorder import Recorder
 from dk.pol.run import RunInfo
-from dk.pol.torch_adapter import make_loss, make_optimizer
 
 
 def train_job(
@@ -21,7 +20,8 @@ def train_job(
     Args:
         job: the job (or a path to ``job.toml``).
         run_dir: output directory (created).
-        progress: optional ``callable(step)`` called after every step.
+        progress: optional ``callable(step)`` called after a step at most every 0.1 s, and
+            after the last step.
         engine: a step engine that computes whole steps (see :class:`Recorder`); default:
             dk's kernels in exact mode, else PyTorch.
 
@@ -36,12 +36,24 @@ def train_job(
         for _ in range(job.steps):
             rec.engine_step()
         return rec.finish()
-    model = build_model(job)
+    from dk.pol.schedule import make_scheduler  # torch computes the steps
+    from dk.pol.torch_adapter import make_loss, make_optimizer, resolve_device
+
+    device = resolve_device(job)  # a CUDA job on a machine without CUDA stops here
+    model = build_model(job).to(device)
+    model.train()
     optimizer = make_optimizer(job, model.parameters())
-    loss_fn = make_loss(job, dataset.output_dim)
-    model, optimizer, loader = rec.attach(model=model, optimizer=optimizer)
-    for x, y in loader:
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
-        optimizer.step()
+    scheduler = make_scheduler(job, optimizer)
+    loss_fn = make_loss(job, getattr(dataset, "output_dim", None))
+    acc = int(job.train["accumulation"])
+    model, optimizer, loader = rec.attach(model=model, optimizer=optimizer, scheduler=scheduler)
+    for i, (x, y) in enumerate(loader):  # SPEC §12.4: the replay's step
+        if i % acc == 0:
+            optimizer.zero_grad(set_to_none=True)
+        with rec.autocast():
+            out = model(x.to(device))
+        (loss_fn(out, y.to(device)) / acc).backward()
+        if i % acc == acc - 1:
+            optimizer.step()
+            scheduler.step()
     return rec.finish()

@@ -28,7 +28,7 @@ from dk.pol.checkpoint import (
     parse_blob,
     read_blob_file,
 )
-from dk.pol.data import data_root, load_dataset, load_npz, sample_leaf
+from dk.pol.data import Dataset, data_root, load_dataset, load_npz
 from dk.pol.job import parse_job
 from dk.pol.models import init_params, param_specs
 from dk.pol.sampler import Sampler
@@ -144,28 +144,108 @@ def _check_job(c: Case, _: Path) -> str:
     return _expect(job.job_id.hex() == c["job_id"], f"job_id {job.job_id.hex()}")
 
 
+def _stream_hex(ds: Any) -> str:
+    from dk.pol.data.stream import as_bytes_view, stream_prefix
+
+    body = b"".join(bytes(as_bytes_view(b)) for b in ds.payload())
+    return (stream_prefix(ds.layout()) + body).hex()
+
+
+def _write_files(root: Path, files: dict[str, str]) -> None:
+    for rel, hx in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(bytes.fromhex(hx))
+
+
+def shards_root(files: dict[str, str]) -> str:
+    """The root of a shard directory holding ``files`` (name -> hex bytes), SPEC §7.2."""
+    from dk.pol.data import load_shards
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _write_files(Path(tmp), files)
+        return load_shards(Path(tmp)).root().hex()
+
+
+def tokens_root(tokens: str, dtype: str, seq_len: int) -> dict[str, Any]:
+    """Root, window count, first inputs/targets and sample bytes of a token file (§7.3)."""
+    from dk.pol.data import load_tokens
+
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "tokens.bin"
+        p.write_bytes(bytes.fromhex(tokens))
+        ds = load_tokens(p, dtype=dtype, seq_len=seq_len)
+        return {
+            "root": ds.root().hex(),
+            "n": len(ds),
+            "x": ds.X[0].tolist(),
+            "y": ds.y[0].tolist(),
+            "samples": [ds.sample_bytes(i).hex() for i in range(len(ds))],
+            "stream": _stream_hex(ds),
+        }
+
+
+def images_root(files: dict[str, str], *, decode: bool = False, decoder: str = "") -> str:
+    """The root of an image folder holding ``files``; ``decode`` reads every image (§7.4)."""
+    from dk.pol.data import ImageDataset
+    from dk.pol.data.images import installed_decoder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        _write_files(Path(tmp), files)
+        ds = ImageDataset(Path(tmp), decoder=decoder or installed_decoder())
+        if decode:
+            ds.X[np.arange(len(ds))]
+        return ds.root().hex()
+
+
 def _check_data(c: Case, _: Path) -> str:
     op = c["op"]
+    invalid = c["result"] == "invalid"
+    want = c.get("expected_reason")
     if op == "npz":
         with tempfile.TemporaryDirectory() as tmp:
             p = Path(tmp) / "data.npz"
             p.write_bytes(bytes.fromhex(c["npz"]))
-            if c["result"] == "invalid":
-                return _raises(lambda: load_npz(p), c["expected_reason"])
+            if invalid:
+                return _raises(lambda: load_npz(p), want)
             ds = load_npz(p)
             return _expect(ds.root().hex() == c["root"], f"root {ds.root().hex()}")
+    if op == "shards":
+        if invalid:
+            return _raises(lambda: shards_root(c["files"]), want)
+        root = shards_root(c["files"])
+        return _expect(root == c["root"], f"root {root}")
+    if op == "tokens":
+        if invalid and want != "ROOT_MISMATCH":
+            return _raises(lambda: tokens_root(c["tokens"], c["dtype"], c["seq_len"]), want)
+        got = tokens_root(c["tokens"], c["dtype"], c["seq_len"])
+        if not invalid and any(got[k] != c[k] for k in ("n", "x", "y", "samples", "stream")):
+            return "token windows differ"
+        return _expect((got["root"] == c["root"]) != invalid, f"root {got['root']}")
+    if op == "images":
+        kw = {"decode": c.get("decode", False), "decoder": c.get("decoder", "")}
+        if invalid and want != "ROOT_MISMATCH":
+            return _raises(lambda: images_root(c["files"], **kw), want)
+        root = images_root(c["files"], **kw)
+        return _expect((root == c["root"]) != invalid, f"root {root}")
     if op == "digits":
         ds = load_dataset(parse_job("[model]\ninput_dim = 64\noutput_dim = 10\n"))
-        X, y = ds.X, ds.y
-        if len(ds) != c["n"] or sample_leaf(0, X[0], y[0]).hex() != c["leaf_0"]:
-            return "digits size or first leaf differs"
+        if len(ds) != c["n"] or ds.sample_bytes(0).hex() != c["sample_0"]:
+            return "digits size or first sample differs"
+        root = ds.root().hex()
+    elif op == "arrays-recipe":
+        n = c["n"]
+        X = np.arange(4 * n, dtype=np.float32).reshape(n, 4) / np.float32(7)
+        root = data_root(X, (np.arange(n) % 7).astype(np.int64)).hex()
     else:
         X, y = array_from(c["X"]), array_from(c["y"])
-        leaves = [sample_leaf(i, X[i], y[i]).hex() for i in range(len(X))]
-        if c["result"] == "valid" and leaves != c["leaves"]:
-            return "sample leaves differ"
-    root = data_root(X, y).hex()
-    return _expect((root == c["root"]) == (c["result"] == "valid"), f"root {root}")
+        ds = Dataset(X, y)
+        if not invalid and [ds.sample_bytes(i).hex() for i in range(len(X))] != c["samples"]:
+            return "sample bytes differ"
+        if not invalid and _stream_hex(ds) != c["stream"]:
+            return "data stream differs"
+        root = ds.root().hex()
+    return _expect((root == c["root"]) != invalid, f"root {root}")
 
 
 def _check_sampler(c: Case, _: Path) -> str:

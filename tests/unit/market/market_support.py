@@ -147,13 +147,30 @@ def market_config(**kw: Any) -> MarketConfig:
     return MarketConfig(**{"k": 2, "n": 3, "window": 100, "clock": "test", **kw})
 
 
+def store_target(path: Path) -> str | Path:
+    """Where a test ledger lives: ``path`` (SQLite), or, when ``DK_TEST_MARKET_PG`` names a
+    PostgreSQL server, a fresh database on it (the same suite runs on both stores)."""
+    import os
+
+    server = os.environ.get("DK_TEST_MARKET_PG")
+    if not server:
+        return path
+    from tests.pg_support import fresh_database
+
+    return fresh_database(server, "t" + hashlib.sha256(str(path).encode()).hexdigest()[:20])
+
+
 def new_market(
     path: Path, *, clock: Clock | None = None, config: MarketConfig | None = None, **kwargs: Any
 ) -> Market:
     """A fresh test-clock market (k=2 of n=3, a 100 s window) with the test doubles."""
     kwargs = {"verify": fake_verify, "replay": fake_replay, "bls": FakeBls(), **kwargs}
     return Market.create(
-        path, config=config or market_config(), salt=b"test", clock=clock or Clock(), **kwargs
+        store_target(path),
+        config=config or market_config(),
+        salt=b"test",
+        clock=clock or Clock(),
+        **kwargs,
     )
 
 

@@ -3,6 +3,7 @@ end to end."""
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -10,12 +11,11 @@ import numpy as np
 import pytest
 from tests.helpers import make_bundle
 
-from dk.crypto.encoding import encode_tensors
-from dk.crypto.hashing import u64
+from dk.crypto.canonical_json import canonical_json
 from dk.crypto.merkle import leaf_hash, merkle_root
 from dk.errors import FormatError
 from dk.pol import default_job
-from dk.pol.data import Dataset, check_dims, data_root, load_dataset, load_npz, sample_leaf
+from dk.pol.data import Dataset, check_dims, data_root, load_dataset, load_npz
 from dk.verifier import verify_bundle
 
 
@@ -26,10 +26,19 @@ def _xy(n: int = 64, d: int = 5, classes: int = 3) -> tuple[np.ndarray, np.ndarr
 
 
 def test_data_root_layout() -> None:
+    """SPEC §7.1-§7.2: chunks of "DKD1" || u32(len(meta)) || meta || X bytes || y bytes."""
     X, y = _xy(5)
-    leaves = [leaf_hash(u64(i) + encode_tensors({"x": X[i], "y": y[i]})) for i in range(5)]
-    assert data_root(X, y) == merkle_root(leaves)
-    assert sample_leaf(2, X[2], y[2]) == u64(2) + encode_tensors({"x": X[2], "y": y[2]})
+    meta = canonical_json(
+        {
+            "format": "arrays",
+            "x": {"dtype": "float32", "shape": [5, 5]},
+            "y": {"dtype": "int64", "shape": [5]},
+        }
+    )
+    stream = b"DKD1" + struct.pack("<I", len(meta)) + meta + X.tobytes() + y.tobytes()
+    assert len(stream) < 65536
+    assert data_root(X, y) == merkle_root([leaf_hash(stream)])
+    assert Dataset(X, y).sample_bytes(2) == X[2].tobytes() + y[2].tobytes()
     assert Dataset(X, y).root() == data_root(X, y)
     # order and every value are committed
     assert data_root(X[::-1].copy(), y[::-1].copy()) != data_root(X, y)
@@ -152,13 +161,14 @@ def test_npz_job_end_to_end(tmp_path: Path) -> None:
     report = verify_bundle(bundle, job, beacon=bytes(32), samples=100)
     assert report.ok, report.to_dict()
     assert report.challenged == [0, 1, 2]
-    # the verifier's copy of the data must be the committed one
+    # a verifier whose copy of the data is not the committed one (or is missing) cannot
+    # decide: inconclusive, never the worker's fault (SPEC §7.5)
     X2 = X.copy()
     X2[0, 0] += 1
     np.savez(tmp_path / "d.npz", X=X2, y=y)
-    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_MISMATCH"]
+    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_UNAVAILABLE"]
     (tmp_path / "d.npz").unlink()
-    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_MISMATCH"]
+    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_UNAVAILABLE"]
 
 
 def test_cnn_job_needs_square_features(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from dk.errors import FormatError
-from dk.pol.job import JobSpec, load_job, normalize, parse_job
+from dk.pol.job import JOB_VERSION, JobSpec, load_job, normalize, parse_job
 
 HEX = "ab" * 32
 
@@ -33,7 +33,7 @@ def _with_dims(raw: Any) -> Any:
 
 def test_defaults() -> None:
     j = normalize({"model": dict(DIMS)})
-    assert j["version"] == 1 and j["seed"] == 0
+    assert j["version"] == JOB_VERSION == 2 and j["seed"] == 0
     assert j["model"] == {"arch": "mlp", "hidden": [64], "activation": "relu", **DIMS}
     assert j["train"]["optimizer"] == "sgd" and j["train"]["lr"] == 0.05
     assert j["train"]["steps"] == 300 and j["train"]["batch_size"] == 32
@@ -46,7 +46,7 @@ def test_defaults() -> None:
         "backend": "dk",
         "zk": {},
     }
-    assert j["data"] == {"dataset": "digits", "root": ""}
+    assert j["data"] == {"kind": "digits", "root": ""}
 
 
 def test_normalize_does_not_mutate_its_input() -> None:
@@ -80,7 +80,7 @@ def test_non_mlp_hidden_is_dropped() -> None:
         ({"data": {"input_shape": [1, 8, 8]}}, "unknown key data.input_shape"),
         ({"pol": {"k": 3}}, "unknown key pol.k"),
         ({"train": "fast"}, "train"),
-        ({"version": 2}, "version"),
+        ({"version": 1}, "version"),
         ({"name": 5}, "name"),
         ({"seed": -1}, "seed"),
         ({"seed": True}, "seed"),
@@ -95,8 +95,8 @@ def test_non_mlp_hidden_is_dropped() -> None:
         ({"model": {"output_dim": True}}, "output_dim"),
         ({"model": {"input_shape": [1, 8]}}, "input_shape"),
         ({"model": {"arch": "cnn", "input_shape": [1, 6, 8]}}, "divisible by 4"),
-        ({"data": {"dataset": "imagenet"}}, "dataset"),
-        ({"data": {"dataset": "npz"}}, "data.path"),
+        ({"data": {"kind": "imagenet"}}, "data.kind"),
+        ({"data": {"kind": "npz"}}, "data.path"),
         ({"data": {"root": "AB" * 32}}, "root"),
         ({"data": {"root": "ab"}}, "root"),
         ({"train": {"optimizer": "lbfgs"}}, "optimizer"),
@@ -173,8 +173,8 @@ def test_job_id_ignores_data_path(tmp_path: Path) -> None:
     assert moved.spec["data"]["path"] == "somewhere/else.npz"
     assert moved.job_id == base.job_id
     assert "path" not in moved.hashed_form()["data"]
-    a = _job(data={"dataset": "npz", "path": "a.npz"})
-    b = _job(data={"dataset": "npz", "path": "/elsewhere/b.npz"})
+    a = _job(data={"kind": "npz", "path": "a.npz"})
+    b = _job(data={"kind": "npz", "path": "/elsewhere/b.npz"})
     assert a.job_id == b.job_id
     assert JobSpec(a.spec, tmp_path).data_path() == tmp_path / "a.npz"
 
@@ -183,7 +183,7 @@ def test_toml_round_trip(tmp_path: Path) -> None:
     job = _job(
         train={"optimizer": "adam", "lr": 1e-3, "betas": [0.5, 0.75], "weight_decay": 1e-8},
         pol={"mode": "tolerant", "tolerance": 1.5e-6, "worker": HEX},
-        data={"dataset": "npz", "path": "d.npz", "root": HEX},
+        data={"kind": "npz", "path": "d.npz", "root": HEX},
         model={"hidden": [3, 4], "activation": "gelu"},
     )
     text = job.to_toml()
@@ -252,3 +252,36 @@ def test_zk_mode_rules() -> None:
     ]:
         with pytest.raises(FormatError, match=match):
             _job(pol=pol, train=train)
+
+
+def test_v2_training_defaults_and_normalisation() -> None:
+    j = normalize({"model": dict(DIMS)})
+    t = j["train"]
+    assert (t["nesterov"], t["schedule"], t["warmup_steps"], t["clip_norm"]) == (
+        False,
+        "constant",
+        0,
+        0.0,
+    )
+    assert (t["accumulation"], t["augment"], t["device"], t["precision"]) == (1, [], "cpu", "fp32")
+    assert j["init"] == {"method": "dk", "root": ""}
+    k = normalize({"model": dict(DIMS), "train": {"augment": ["crop:04", "flip"], "gamma": 0.5}})
+    assert k["train"]["augment"] == ["crop:4", "flip"] and k["train"]["gamma"] == 0.1
+    # anything the kernels cannot compute moves the default backend to torch
+    assert (
+        normalize({"model": dict(DIMS), "train": {"clip_norm": 1.0}})["pol"]["backend"] == "torch"
+    )
+
+
+def test_model_file_and_init_file_in_the_job_id(tmp_path: Path) -> None:
+    (tmp_path / "model.py").write_text("def build():\n    pass\n")
+    text = "[model]\nsource = 'model.py'\n[model.kwargs]\nwidth = 3\n"
+    job = parse_job(text, base_dir=tmp_path)
+    assert job.model["arch"] == "custom" and job.init["method"] == "seeded"
+    assert len(job.model["source_sha256"]) == 64
+    (tmp_path / "model.py").write_text("def build():\n    return 1\n")
+    assert parse_job(text, base_dir=tmp_path).job_id != job.job_id
+    a = _job(init={"method": "file", "root": HEX, "path": "a.safetensors"})
+    b = _job(init={"method": "file", "root": HEX, "path": "elsewhere/b.safetensors"})
+    assert a.job_id == b.job_id and a.init_path() != b.init_path()
+    assert _job(init={"method": "file", "root": "cd" * 32}).job_id != a.job_id

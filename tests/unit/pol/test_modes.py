@@ -99,6 +99,9 @@ def test_calibrate() -> None:
     assert cal.recommended_tolerance >= 1e-6
     assert cal.recommended_tolerance == max(1e-6, 10.0 * cal.max_l2)
     assert (
-        calibrate(job, intervals=1, replay_threads=(1,), floor=0.25).recommended_tolerance >= 0.25
+        calibrate(
+            job, intervals=1, replay_threads=(1,), floor=0.25, force=True
+        ).recommended_tolerance
+        >= 0.25
     )
     assert set(cal.to_dict()) >= {"rows", "max_l2", "recommended_tolerance"}
