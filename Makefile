@@ -26,7 +26,7 @@ pg:
 	  || echo "make: PostgreSQL not installed; its tests will be skipped"
 
 test: $(STAMP) pg
-	NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q
+	NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

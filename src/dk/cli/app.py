@@ -53,6 +53,7 @@ _LAZY_COMMANDS = {
     "train": ("dk.cli.commands", "train"),
     "prove": ("dk.cli.commands", "prove"),
     "verify": ("dk.cli.commands", "verify"),
+    "verify-many": ("dk.cli.commands", "verify_many_cmd"),
     "challenge": ("dk.cli.commands", "challenge"),
     "calibrate": ("dk.cli.commands", "calibrate"),
     "vectors": ("dk.cli.commands", "vectors"),

@@ -399,6 +399,13 @@ def challenge_options(f: Any) -> Any:
     show_default=True,
     help="Local replay processes.",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="ADDRESS",
+    help="Replay on a Ray cluster (ray://host:port, auto) or 'local' (starts Ray here).",
+)
 @click.option("--worker", default=None, help="Require this worker public key (hex).")
 @click.option(
     "--integrity",
@@ -422,6 +429,7 @@ def verify(
     root: bytes | None,
     data: str | None,
     workers: int,
+    ray_address: str | None,
     worker: str | None,
     integrity: str,
     as_json: bool,
@@ -434,6 +442,11 @@ def verify(
     from dk.verifier.challenge import pinned_challenge
 
     beacon, root = pinned_challenge(challenge_file, job_file, beacon=beacon, root=root)
+    executor = None
+    if ray_address:
+        from dk.verifier.executors import ray_executor
+
+        executor = ray_executor(ray_address)
     report = verify_bundle(
         bundle,
         job_file,
@@ -447,6 +460,7 @@ def verify(
         worker=worker,
         data=data,
         integrity=integrity,
+        executor=executor,
     )
     d = report.to_dict()
     if as_json:
@@ -459,6 +473,65 @@ def verify(
             app.print(line)
     if not report.ok:
         app.abort(None, report.exit_code)
+
+
+@click.command("verify-many", short_help="Verify a directory of bundles (one report each)")
+@click.argument("bundles", type=click.Path(exists=True, file_okay=False))
+@click.option("--job", "job_file", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--beacon", callback=_hex32, default=None, help=f"One beacon ({_HEX32}) for all.")
+@click.option("--samples", type=click.IntRange(0), default=None, help="Uniform samples s.")
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="ADDRESS",
+    help="Verify on Ray (one task per bundle): ray://host:port, auto, or 'local'.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the reports and summary as JSON.")
+@click.pass_obj
+def verify_many_cmd(
+    app: App,
+    bundles: str,
+    job_file: str,
+    beacon: bytes | None,
+    samples: int | None,
+    ray_address: str | None,
+    as_json: bool,
+) -> None:
+    """Verify every bundle directory under BUNDLES (e.g. a market round's results).
+
+    Exit 0 if every bundle is accepted, 1 if any is rejected, else 5 if any is inconclusive.
+    """
+    from dk.verifier.many import summary, verify_many
+
+    executor = None
+    if ray_address:
+        from dk.verifier.executors import ray_executor
+
+        executor = ray_executor(ray_address)
+    results = verify_many(bundles, job_file, executor=executor, beacon=beacon, samples=samples)
+    s = summary(results)
+    if as_json:
+        app.emit_json({"summary": s, "reports": dict(results)})
+    else:
+        from rich.table import Table
+
+        table = Table("bundle", "verdict", "reasons", "challenged", "digest")
+        for r in s["rows"]:
+            table.add_row(
+                r["bundle"], r["verdict"], r["reasons"], str(r["challenged"]), r["digest"]
+            )
+        app.print(table)
+        app.print(
+            f"{s['bundles']} bundles: {s['accept']} accepted, {s['reject']} rejected, "
+            f"{s['inconclusive']} inconclusive"
+        )
+    from dk.errors import ExitCode
+
+    if s["reject"]:
+        app.abort(None, ExitCode.REJECTED)
+    if s["inconclusive"]:
+        app.abort(None, ExitCode.INCONCLUSIVE)
 
 
 @click.command(short_help="Recommend a tolerance for tolerant mode")

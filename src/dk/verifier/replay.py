@@ -98,15 +98,40 @@ def replay_challenged(
     chal: list[int],
     held: dict[int, Tensors],
     workers: int,
+    executor: Any = None,
 ) -> None:
-    """Replay every challenged interval (SPEC §12.3) and record one finding per mismatch."""
+    """Replay every challenged interval (SPEC §12.3) and record one finding per mismatch.
+
+    ``executor`` (e.g. :class:`dk.verifier.executors.RayExecutor`) runs the replays elsewhere;
+    if it fails past its retries the report is inconclusive (``EXECUTOR_FAILED``).
+    """
     from dk.pol.replay import make_replayer, replay_matches
+    from dk.verifier.executors import ExecutorFailed
 
     t0 = time.perf_counter()
     cks, ivs = man.checkpoints, man.intervals
     tolerant = job.mode == "tolerant"
     worker_cpu, procs = 0.0, 1
-    if workers > 1 and len(chal) > 1:
+    if executor is not None:
+        tasks = [
+            (
+                i,
+                held[i],
+                held.get(i + 1),
+                bytes.fromhex(cks[i + 1]["root"]),
+                ivs[i]["start_step"],
+                ivs[i]["end_step"],
+            )
+            for i in chal
+        ]
+        roots = {j: cks[j]["root"] for j in held}
+        try:
+            results, worker_cpu, procs = executor.replay(job, ds, tasks, roots)
+        except ExecutorFailed as e:
+            rep.fail("replay", Reason.EXECUTOR_FAILED, str(e))
+            return
+        rep.figures["executor"] = executor.name
+    elif workers > 1 and len(chal) > 1:
         results, worker_cpu, procs = _replay_parallel(job, ds, man, chal, held, workers)
     else:
         replayer = make_replayer(job, ds)

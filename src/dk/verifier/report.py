@@ -61,6 +61,7 @@ class Reason(str, Enum):
     DECODER_MISMATCH = "DECODER_MISMATCH"
     ZK_SRS_UNAVAILABLE = "ZK_SRS_UNAVAILABLE"
     MODE_UNSUPPORTED = "MODE_UNSUPPORTED"
+    EXECUTOR_FAILED = "EXECUTOR_FAILED"
 
 
 #: Codes that say the *verifier* could not decide (SPEC §14.1): its own input, data, backend,
@@ -74,6 +75,7 @@ VERIFIER_SIDE: frozenset[Reason] = frozenset(
         Reason.BACKEND_UNAVAILABLE,
         Reason.ZK_SRS_UNAVAILABLE,
         Reason.MODE_UNSUPPORTED,
+        Reason.EXECUTOR_FAILED,
         Reason.INTERNAL_ERROR,
     }
 )

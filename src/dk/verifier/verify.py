@@ -74,6 +74,7 @@ class Options:
     data: Path | None = None
     integrity: str = "challenged"
     replay: bool = True
+    executor: Any = None
 
 
 @dataclass
@@ -480,7 +481,16 @@ def check_replay(ctx: Context) -> None:
         return
     from dk.verifier.replay import replay_challenged
 
-    replay_challenged(ctx.rep, ctx.job, ctx.ds, ctx.man, ctx.chal, ctx.held, ctx.opts.workers)
+    replay_challenged(
+        ctx.rep,
+        ctx.job,
+        ctx.ds,
+        ctx.man,
+        ctx.chal,
+        ctx.held,
+        ctx.opts.workers,
+        ctx.opts.executor,
+    )
 
 
 #: SPEC §12.2, in its normative order: the first failing check gives the first reason code.
@@ -518,6 +528,7 @@ def verify_bundle(
     data: str | os.PathLike[str] | None = None,
     integrity: str = "challenged",
     replay: bool = True,
+    executor: Any = None,
 ) -> Report:
     """Verify a bundle against a job; never raises on bad input.
 
@@ -545,6 +556,8 @@ def verify_bundle(
             checks every blob (archival audits). The report says which was done.
         replay: False stops after deriving the challenge and checking integrity (what
             ``dk challenge`` does); the report's ``replay`` check is then ``"skip"``.
+        executor: where the replays run instead of ``workers`` local processes, e.g.
+            :class:`dk.verifier.executors.RayExecutor` (SPEC §12.5). The report is the same.
 
     Returns:
         The :class:`Report`: ``report.verdict`` is ``accept``, ``reject`` or ``inconclusive``.
@@ -566,6 +579,7 @@ def verify_bundle(
         data=Path(data) if data is not None else None,
         integrity=integrity,
         replay=replay,
+        executor=executor,
     )
     ctx = Context(rep, Path(bundle), job, opts)
     try:
