@@ -1,4 +1,5 @@
-"""Generate ``vectors/market/``: signed request envelopes, the event-hash chain, attestations.
+"""Generate ``vectors/market/``: signed request envelopes, the event-hash chain, attestations,
+the validator draw, beacon shares and the beacon, and whole ledgers the audit re-checks.
 
 Deterministic: fixed Ed25519 seeds, fixed nonces, a fixed market salt and injected time, so a
 rerun leaves ``git diff`` empty. Spec: SPEC.md Part V.
@@ -9,14 +10,19 @@ from __future__ import annotations
 import copy
 import json
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dk.crypto.canonical_json import canonical_json
+from dk.crypto.hashing import tagged_hash
 from dk.crypto.keys import SigningKey
-from dk.market import BlsKey, Market, MarketConfig, sign_request
+from dk.market import BlsKey, Market, MarketConfig, bundle_commitment, sign_request
 from dk.market.attest import PyEccBls, attestation_message
+from dk.market.beacon import beacon_from, draw, draw_seed, share_message
 from dk.market.ledger import event_hash
+from dk.market.requests import Client
+from dk.market.validator import attestation_request, share_request
 from dk.vectors import write_cases
 
 T = 1_700_000_000
@@ -132,19 +138,23 @@ def _request_cases() -> list[dict[str, Any]]:
 
 def _event_cases() -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as d:
-        m = Market.create(Path(d) / "v.db", now=T, config=MarketConfig(), salt=b"vectors")
+        clock = _Clock()
+        m = Market.create(
+            Path(d) / "v.db", config=MarketConfig(clock="test"), salt=b"vectors", clock=clock
+        )
         mid = m.market_id
-        m.execute(_env("deposit", {"amount": 500}, nonce=1, market_id=mid), now=T)
+        m.execute(_env("deposit", {"amount": 500}, nonce=1, market_id=mid))
+        clock.t = T + 1
         m.execute(
             _env(
                 "order",
                 {"job_id": "ab" * 32, "max_price": 120, "min_stake": 0, "deadline": T + 10},
                 nonce=2,
                 market_id=mid,
-            ),
-            now=T + 1,
+            )
         )
-        m.settle("o2", now=T + 10)
+        clock.t = T + 10
+        m.settle("o2")
         chain = [
             {"prev_hash": p.hex(), "hash": h.hex(), "body": b} for _, p, h, b in m.ledger.events()
         ]
@@ -226,8 +236,283 @@ def _attestation_cases() -> list[dict[str, Any]]:
     ]
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.t = T
+
+    def __call__(self) -> int:
+        return self.t
+
+
+VALIDATOR_SEEDS = [bytes([40 + i]) * 32 for i in range(4)]
+ROOT, MANIFEST = bytes.fromhex("a1" * 32), bytes.fromhex("b2" * 32)
+
+
+def _beacon_cases() -> list[dict[str, Any]]:
+    bls = PyEccBls()
+    keys = [BlsKey.from_seed(s, bls) for s in VALIDATOR_SEEDS[:3]]
+    msg = share_message(MARKET_ID, "o7", ROOT, MANIFEST)
+    shares = [bls.sign(k.sk, msg) for k in keys]
+    aggregate = bls.aggregate(shares)
+    base = {
+        "market_id": MARKET_ID.hex(),
+        "order_id": "o7",
+        "transcript_root": ROOT.hex(),
+        "manifest_digest": MANIFEST.hex(),
+        "bls_pks": [k.pk.hex() for k in keys],
+        "message": msg.hex(),
+        "shares": [x.hex() for x in shares],
+        "aggregate": aggregate.hex(),
+        "beacon": beacon_from(aggregate).hex(),
+    }
+    cases: list[dict[str, Any]] = []
+
+    def add(comment: str, reason: str | None = None, **changes: Any) -> None:
+        case = {"tcId": len(cases) + 1, "comment": comment, **base, **changes}
+        case["result"] = "invalid" if reason else "valid"
+        if reason:
+            case["expected_reason"] = reason
+        cases.append(case)
+
+    add("three drawn validators share; beacon = H(aggregate)")
+    other = share_message(MARKET_ID, "o7", bytes.fromhex("a2" * 32), MANIFEST)
+    add(
+        "one share signs another transcript root",
+        "BAD_SHARE",
+        shares=[bls.sign(keys[0].sk, other).hex(), *base["shares"][1:]],
+    )
+    add(
+        "a share by a key other than the drawn validator's",
+        "BAD_SHARE",
+        shares=[
+            bls.sign(BlsKey.from_seed(VALIDATOR_SEEDS[3], bls).sk, msg).hex(),
+            *base["shares"][1:],
+        ],
+    )
+    partial = bls.aggregate(shares[:2])
+    add(
+        "beacon from two of the three shares",
+        "BEACON_MISMATCH",
+        aggregate=partial.hex(),
+        beacon=beacon_from(partial).hex(),
+    )
+    add(
+        "beacon that is not the hash of the aggregate",
+        "BEACON_MISMATCH",
+        beacon=tagged_hash("dk/v1/market/event", aggregate).hex(),
+    )
+    return cases
+
+
+def _draw_cases() -> list[dict[str, Any]]:
+    pool = [SigningKey(bytes([60 + i]) * 32).verify_key.hex() for i in range(6)]
+    head = bytes.fromhex("c3" * 32)
+    entropy = bytes.fromhex("d4" * 64)
+    cases: list[dict[str, Any]] = []
+
+    def add(
+        comment: str,
+        round_: int,
+        ent: bytes,
+        count: int,
+        claimed: list[str] | None = None,
+        reason: str | None = None,
+    ) -> None:
+        seed = draw_seed(MARKET_ID, head, "o12", round_, ent)
+        drawn = draw(seed, pool, count)
+        case = {
+            "tcId": len(cases) + 1,
+            "comment": comment,
+            "market_id": MARKET_ID.hex(),
+            "prev_head": head.hex(),
+            "order_id": "o12",
+            "round": round_,
+            "entropy": ent.hex(),
+            "eligible": list(reversed(pool)),  # any order: the draw sorts the pool
+            "count": count,
+            "seed": seed.hex(),
+            "drawn": drawn if claimed is None else claimed,
+            "result": "invalid" if reason else "valid",
+        }
+        if reason:
+            case["expected_reason"] = reason
+        cases.append(case)
+
+    add("match: 3 of 6, entropy = the consumer's match signature", 0, entropy, 3)
+    add("redraw round 1: 2 of 6, no entropy", 1, b"", 2)
+    add("pool smaller than the count: everyone, in drawn order", 0, entropy, 9)
+    right = draw(draw_seed(MARKET_ID, head, "o12", 0, entropy), pool, 3)
+    add("the drawn set in another order", 0, entropy, 3, right[::-1], "DRAW_MISMATCH")
+    outsider = SigningKey(bytes([99]) * 32).verify_key.hex()
+    add("an account outside the pool", 0, entropy, 3, [outsider, *right[1:]], "DRAW_MISMATCH")
+    add("drawn with the round-0 seed but recorded as round 2", 2, b"", 3, right, "DRAW_MISMATCH")
+    return cases
+
+
+@dataclass
+class _Report:
+    """A deterministic accepting report (the ledger vectors are about the market, not replay)."""
+
+    verdict: str = "accept"
+    codes: list[str] = field(default_factory=list)
+    ok: bool = True
+
+    def digest(self) -> bytes:
+        return tagged_hash("dk/v1/report", b"vector report")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict}
+
+
+def _ledger_flow() -> list[dict[str, Any]]:
+    """One job with a withholding validator, a redraw, attestations, release (real BLS)."""
+    from dk.market.beacon import members
+
+    with tempfile.TemporaryDirectory() as d:
+        clock = _Clock()
+        cfg = MarketConfig(k=2, n=3, window=100, clock="test", share_timeout=50)
+        m = Market.create(
+            Path(d) / "l.db",
+            config=cfg,
+            salt=b"ledger",
+            clock=clock,
+            verify=lambda *a, **k: _Report(),
+        )
+        names = ["consumer", "worker", "v0", "v1", "v2", "v3"]
+        nonce = iter(range(1, 1000))
+        keys = {n: SigningKey(bytes([80 + i]) * 32) for i, n in enumerate(names)}
+        c = {n: Client(keys[n], m.market_id) for n in names}
+        req = {n: (lambda a, n=n, **p: c[n].request(a, nonce=next(nonce), **p)) for n in names}
+        for n in names:
+            m.execute(req[n]("deposit", amount=1000))
+        bls = {f"v{i}": BlsKey.from_seed(s) for i, s in enumerate(VALIDATOR_SEEDS)}
+        for n, k in bls.items():
+            pop = k.bls.pop_prove(k.sk).hex()
+            m.execute(req[n]("register_validator", bls_pk=k.pk.hex(), pop=pop, stake=100))
+        oid = m.execute(
+            req["consumer"](
+                "order", job_id="ab" * 32, max_price=100, min_stake=10, deadline=T + 1000
+            )
+        )["order_id"]
+        m.execute(req["worker"]("bid", price=80, capacity=1, stake=10))
+        m.execute(req["consumer"]("match", order_id=oid))
+        clock.t = T + 1
+        manifest = {
+            "job_id": "ab" * 32,
+            "worker_key": c["worker"].account,
+            "transcript_root": ROOT.hex(),
+            "checkpoints": [],
+        }
+        (Path(d) / "manifest.json").write_text(json.dumps(manifest, sort_keys=True))
+        m.execute(req["worker"]("submit", order_id=oid, **bundle_commitment(d)))
+        by_account = {c[n].account: n for n in names}
+        drawn = [by_account[v] for v in members(m.order(oid))]
+        for n in drawn[:-1]:  # the last drawn validator withholds its share
+            body = share_request(m, c[n], bls[n], oid)["body"]["params"]
+            m.execute(req[n]("beacon_share", **body))
+        clock.t = T + 51
+        m.redraw(oid)
+        for n in (by_account[v] for v in members(m.order(oid))):
+            if n not in drawn[:-1]:
+                body = share_request(m, c[n], bls[n], oid)["body"]["params"]
+                m.execute(req[n]("beacon_share", **body))
+        clock.t = T + 52
+        m.verify_result(oid, Path(d), _Job())
+        for n in (by_account[v] for v in members(m.order(oid))[:2]):
+            p = attestation_request(
+                m, c[n], bls[n], oid, Path(d), _Job(), verify=lambda *a, **k: _Report()
+            )["body"]["params"]
+            m.execute(req[n]("attest", **p))
+        clock.t = T + 53
+        m.accept(oid)
+        clock.t = T + 153
+        m.settle(oid)
+        chain = [
+            {"prev_hash": p.hex(), "hash": h.hex(), "body": b} for _, p, h, b in m.ledger.events()
+        ]
+        m.close()
+    return chain
+
+
+@dataclass
+class _Job:
+    job_id: bytes = bytes.fromhex("ab" * 32)
+
+
+def _rehash(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    prev = bytes(32)
+    for ev in chain:
+        ev["prev_hash"] = prev.hex()
+        prev = event_hash(prev, ev["body"])
+        ev["hash"] = prev.hex()
+    return chain
+
+
+def _ledger_cases() -> list[dict[str, Any]]:
+    chain = _ledger_flow()
+    kinds = [ev["body"]["kind"] for ev in chain]
+    cases: list[dict[str, Any]] = []
+
+    def add(comment: str, events: list[dict[str, Any]], reason: str | None = None) -> None:
+        case = {"tcId": len(cases) + 1, "comment": comment, "events": events}
+        case["result"] = "invalid" if reason else "valid"
+        if reason:
+            case["expected_reason"] = reason
+        cases.append(case)
+
+    def forged(kind: str, edit: Any, pick: Any = lambda d: True) -> list[dict[str, Any]]:
+        out = copy.deepcopy(chain)
+        ev = next(e for e in out if e["body"]["kind"] == kind and pick(e["body"]["data"]))
+        edit(ev["body"])
+        return _rehash(out)
+
+    add("stake, draw, shares, a withholder redrawn, verify, attest, accept, release", chain)
+    match = chain[kinds.index("match")]["body"]["data"]
+    redraw = chain[kinds.index("redraw")]["body"]["data"]
+    outsider = redraw["withheld"][0]
+    add(
+        "drawn set rewritten (re-hashed chain)",
+        forged("match", lambda b: b["data"]["validators"].reverse()),
+        "DRAW_MISMATCH",
+    )
+    add(
+        "redraw replaced the withholder by another validator than the draw",
+        forged("redraw", lambda b: b["data"]["validators"].reverse()),
+        "DRAW_MISMATCH",
+    )
+    add(
+        "beacon rewritten in the completing share event",
+        forged(
+            "beacon_share", lambda b: b["data"].update(beacon="11" * 32), lambda d: "beacon" in d
+        ),
+        "BEACON_MISMATCH",
+    )
+    add(
+        "verification recorded with another beacon",
+        forged("verify", lambda b: b["data"].update(beacon="22" * 32)),
+        "BEACON_MISMATCH",
+    )
+    add(
+        "acceptance signed by the withholder, who left the set",
+        forged("accept", lambda b: b["data"]["signers"].__setitem__(0, outsider)),
+        "NOT_DRAWN",
+    )
+
+    def small(b: dict[str, Any]) -> None:
+        b["data"]["stake"] = 50
+        b["moves"][0][2] = 50
+
+    add(
+        "a validator registered with less than the minimum stake",
+        forged("register_validator", small),
+        "STAKE_TOO_SMALL",
+    )
+    assert match["validators"]  # the flow drew a set
+    return cases
+
+
 def generate(root: Path) -> None:
-    """Write ``root/market/{request,events,attestation}.json``."""
+    """Write ``root/market/{request,events,attestation,beacon,draw,ledger}.json``."""
     out = Path(root) / "market"
     write_cases(
         out / "request.json", "market-request", _request_cases(), tag="dk/v1/market/request"
@@ -240,3 +525,12 @@ def generate(root: Path) -> None:
         tag="dk/v1/market/attestation",
         scheme="BLS12-381 G2ProofOfPossession",
     )
+    write_cases(
+        out / "beacon.json",
+        "market-beacon",
+        _beacon_cases(),
+        tag="dk/v1/market/beacon",
+        scheme="BLS12-381 G2ProofOfPossession",
+    )
+    write_cases(out / "draw.json", "market-draw", _draw_cases(), tag="dk/v1/market/draw")
+    write_cases(out / "ledger.json", "market-ledger", _ledger_cases(), tag="dk/v1/market/event")

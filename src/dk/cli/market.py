@@ -4,7 +4,8 @@ Every command takes ``--db`` (default ``$DK_MARKET_DB`` or ``market.db``) and pr
 outcome, or JSON with ``--json``. A refusal by the market exits 1 with its reason code.
 
 Time belongs to the ledger, never to a party (SPEC Part V §3.1): ``--now`` is accepted only by a
-ledger created with ``dk market init --clock test``; any other ledger refuses it (exit 2).
+ledger created with ``dk market init --clock test``; any other ledger refuses it (exit 2). A
+verification or dispute replay that could not decide is recorded and exits 5 (inconclusive).
 """
 
 from __future__ import annotations
@@ -59,11 +60,15 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         except MarketRefused as e:
             if e.reason == "CLOCK_LOCKED":
                 app.abort(str(e), ExitCode.USAGE)
+            if e.reason == "REPORT_INCONCLUSIVE":
+                app.abort(str(e), ExitCode.INCONCLUSIVE)
             app.abort(str(e), ExitCode.REJECTED)
         if as_json:
             app.emit_json(out)
         else:
             _render(app, out)
+        if isinstance(out, dict) and out.get("verdict") == "inconclusive":
+            raise SystemExit(int(ExitCode.INCONCLUSIVE))  # recorded; nothing moved (SPEC V §5.4)
 
     return wrapper
 

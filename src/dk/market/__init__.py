@@ -1,8 +1,10 @@
 """dk.market: a small market that pays only for verified training (spec: SPEC.md Part V).
 
-Ledger in SQLite (WAL) with a hash-chained event log; Ed25519-signed requests; orders, bids and
-price-time matching; escrow; results verified by the market and attested by k of n validators
-(BLS aggregates); a challenge window with bisection and replay; an audit of the whole ledger.
+Ledger in SQLite (WAL) with a hash-chained event log and its own clock; Ed25519-signed
+requests; orders, bids and price-time matching; escrow; staked validators drawn per order, whose
+BLS shares fix the challenge beacon; results verified by the market (accept, reject or
+inconclusive) and attested by k of the n drawn validators (BLS aggregates); a challenge window
+with bisection and replay that slashes wrong attesters; an audit of the whole ledger.
 The market never imports the prover.
 """
 

@@ -1,7 +1,7 @@
 """Settlement: release after the challenge window, refunds on expiry and timeout (spec §6).
 
 ``settle(order, now)`` is permissionless and deterministic; its outcome depends only on the
-order's state and the injected time:
+order's state and the market's own clock (never a party's):
 
 | state                    | condition                                | escrow → | stake →  |
 |--------------------------|------------------------------------------|----------|----------|
