@@ -126,10 +126,15 @@ def distances(
     upd_c, upd_r, diff = c - a, r - a, c - r
     tiny = np.finfo(np.float64).tiny
     nc, nr = float(np.linalg.norm(upd_c)), float(np.linalg.norm(upd_r))
+
+    def ratio(num: float, den: float) -> float:  # a claimed update of zero: infinitely far
+        return num / den if den >= tiny else (0.0 if num == 0.0 else float("inf"))
+
     return {
-        "l2": float(np.linalg.norm(diff)) / max(nc, tiny),
-        "linf": float(np.max(np.abs(diff), initial=0.0))
-        / max(float(np.max(np.abs(upd_c), initial=0.0)), tiny),
+        "l2": ratio(float(np.linalg.norm(diff)), nc),
+        "linf": ratio(
+            float(np.max(np.abs(diff), initial=0.0)), float(np.max(np.abs(upd_c), initial=0.0))
+        ),
         "cosine": float(np.dot(upd_c, upd_r)) / max(nc * nr, tiny),
     }
 
