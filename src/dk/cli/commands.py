@@ -112,11 +112,19 @@ def job() -> None:
 @click.option(
     "--out", required=True, type=click.Path(dir_okay=False), help="Where to write the job."
 )
+@click.option(
+    "--from",
+    "draft",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Complete a hand-written draft job.toml (model files, schedules, data kinds, ...).",
+)
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def job_init(
     app: App,
+    draft: str | None,
     arch: str,
     hidden: str,
     mode: str,
@@ -148,6 +156,16 @@ def job_init(
         widths = [int(h) for h in hidden.split(",") if h.strip()]
     except ValueError:
         raise click.BadParameter("comma-separated integers", param_hint="--hidden") from None
+    if draft is not None:
+        from dk.pol.jobinit import complete_job
+
+        spec = complete_job(draft, tolerance=tolerance)
+        out_p.write_text(spec.to_toml())
+        if as_json:
+            app.emit_json({"job": out, "job_id": spec.job_id.hex(), "spec": spec.spec})
+        else:
+            app.print(f"wrote {out}  job_id {spec.job_id.hex()}", markup=False)
+        return
     npz = dataset != "digits"
     data_path = None
     if npz:

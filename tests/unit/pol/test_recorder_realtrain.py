@@ -440,3 +440,37 @@ def test_loss_variants() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert make_loss(j)(out.bfloat16(), y).dtype == torch.float32
+
+
+def test_dk_job_init_from_a_draft_and_dk_train(folder: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dk.cli.app import cli
+
+    d = tmp_path / "job"
+    d.mkdir()
+    for f in ("model.py", "digits.npz"):
+        (d / f).write_bytes((folder / f).read_bytes())
+    (d / "draft.toml").write_text(
+        "[model]\nsource = 'model.py'\n[data]\nkind = 'npz'\npath = 'digits.npz'\n"
+        "[train]\nsteps = 4\nbatch_size = 16\nschedule = 'cosine'\nwarmup_steps = 2\n"
+        "[pol]\ninterval = 2\nmode = 'tolerant'\n"
+    )
+    r = CliRunner().invoke(
+        cli, ["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")]
+    )
+    assert r.exit_code == 0, r.output
+    job = load_job(d / "job.toml")
+    assert job.pol["init_root"] and job.data["root"] and job.model["source_sha256"]
+    assert job.pol["tolerance"] > 0
+    r = CliRunner().invoke(cli, ["train", str(d / "job.toml"), "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    assert read_run(tmp_path / "run").complete
+    cuda = d / "cuda.toml"
+    cuda.write_text((d / "job.toml").read_text().replace('device = "cpu"', 'device = "cuda"'))
+    if not torch.cuda.is_available():
+        from dk.cli.app import main
+
+        with pytest.raises(SystemExit) as ei:
+            main(["train", str(cuda), "--out", str(tmp_path / "run2")])
+        assert ei.value.code == 4
