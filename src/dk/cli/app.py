@@ -56,6 +56,7 @@ _LAZY_COMMANDS = {
     "verify": ("dk.cli.commands", "verify"),
     "challenge": ("dk.cli.commands", "challenge"),
     "calibrate": ("dk.cli.commands", "calibrate"),
+    "export": ("dk.cli.commands", "export"),
     "vectors": ("dk.cli.commands", "vectors"),
     "compress": ("dk.cli.compress", "compress"),
     "market": ("dk.cli.market", "market"),

@@ -501,6 +501,26 @@ def calibrate(
         app.print(f"FORCED: {cal.note}", markup=False)
 
 
+@click.command(short_help="Write the final weights as safetensors")
+@click.argument("source", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="safetensors file.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def export(app: App, source: str, out: str, as_json: bool) -> None:
+    """Write the final model weights and buffers of SOURCE (a run or a bundle) to OUT."""
+    from dk.pol.export import export_weights
+
+    done = export_weights(source, out)
+    if as_json:
+        app.emit_json(done)
+    else:
+        app.print(
+            f"wrote {out}: {done['tensors']} tensors of step {done['step']} "
+            f"(checkpoint {done['root'][:16]}…)",
+            markup=False,
+        )
+
+
 @click.group(short_help="Check the test vectors")
 def vectors() -> None:
     """Test vectors (see vectors/README.md)."""

@@ -474,3 +474,36 @@ def test_dk_job_init_from_a_draft_and_dk_train(folder: Path, tmp_path: Path) -> 
         with pytest.raises(SystemExit) as ei:
             main(["train", str(cuda), "--out", str(tmp_path / "run2")])
         assert ei.value.code == 4
+
+
+def test_dk_export_writes_the_final_weights(folder: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from safetensors.numpy import load_file
+
+    from dk.cli.app import cli
+    from dk.crypto.keys import SigningKey
+    from dk.pol.export import export_weights
+    from dk.prover import prove_run
+
+    job = _job(folder)
+    info = train_job(job, tmp_path / "run")
+    last = parse_blob(
+        (tmp_path / "run" / "blobs" / f"{info.checkpoints[-1].root}.safetensors").read_bytes()
+    )
+    prove_run(tmp_path / "run", job, SigningKey(bytes(32)), tmp_path / "bundle")
+    for src in ("run", "bundle"):
+        r = CliRunner().invoke(
+            cli, ["export", str(tmp_path / src), "--out", str(tmp_path / f"{src}.st"), "--json"]
+        )
+        assert r.exit_code == 0, r.output
+        got = load_file(str(tmp_path / f"{src}.st"))
+        assert set(got) == {k[6:] for k in last if k.startswith("model/")}
+        assert all((got[k] == last[f"model/{k}"]).all() for k in got)
+    model = build_model(job)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in got.items()})
+    blob = tmp_path / "bundle" / "blobs" / f"{info.checkpoints[-1].root}.safetensors"
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 1
+    blob.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="does not hash"):
+        export_weights(tmp_path / "bundle", tmp_path / "x.st")
