@@ -344,6 +344,8 @@ def _verify(
         set(range(len(m["checkpoints"]))) if integrity == "all" else needed | {i + 1 for i in chal}
     )
     rep.figures["integrity"] = integrity
+    if job.mode == "exact" and job.pol["backend"] == "torch":  # SPEC §12.3
+        rep.flags.append("same-machine-only")
     rep.figures["checkpoints_checked"] = len(fetch)
     held: dict[int, dict[str, np.ndarray]] = {}
     zk_digests: dict[int, str] = {}

@@ -507,3 +507,16 @@ def test_dk_export_writes_the_final_weights(folder: Path, tmp_path: Path) -> Non
     blob.write_bytes(bytes(data))
     with pytest.raises(FormatError, match="does not hash"):
         export_weights(tmp_path / "bundle", tmp_path / "x.st")
+
+
+def test_the_report_says_exact_on_torch_is_same_machine_only(folder: Path, tmp_path: Path) -> None:
+    from dk.crypto.keys import SigningKey
+    from dk.prover import prove_run
+    from dk.verifier import verify_bundle
+
+    job = _job(folder)
+    assert job.mode == "exact" and job.pol["backend"] == "torch"
+    train_job(job, tmp_path / "run")
+    prove_run(tmp_path / "run", job, SigningKey(bytes(32)), tmp_path / "bundle")
+    report = verify_bundle(tmp_path / "bundle", job, beacon=bytes(32), samples=1)
+    assert report.ok and report.flags == ["same-machine-only"]
