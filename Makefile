@@ -4,7 +4,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test bench lint vectors clean
+.PHONY: demo test bench lint vectors clean pg
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -19,8 +19,14 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m dk.demo
 
-test: $(STAMP)
-	NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -q
+# PostgreSQL 15 for the market's PostgreSQL tests: on the machine image already; else Debian's.
+pg:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null \
+	  || (apt-get update -q && apt-get install -y -q postgresql) \
+	  || echo "make: PostgreSQL not installed; its tests will be skipped"
+
+test: $(STAMP) pg
+	NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

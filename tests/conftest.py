@@ -18,3 +18,22 @@ try:
     torch.set_num_threads(1)
 except ImportError:  # pragma: no cover - torch is a hard dependency
     pass
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import settings
+
+# Every random generator in the suite is seeded: hypothesis draws the same examples on every
+# run, and the global generators (random, numpy's legacy one, torch's default, used for
+# example by torch.nn layer initialisation) restart from fixed seeds before each test.
+settings.register_profile("dk", derandomize=True)
+settings.load_profile("dk")
+
+
+@pytest.fixture(autouse=True)
+def _seed_global_generators() -> None:
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)

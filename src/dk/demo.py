@@ -113,7 +113,8 @@ def main(argv: list[str]) -> int:
         run_demo = None
     if run_demo is not None:
         step(
-            "8. one job through the market: order, bid, match, submit, verify, attest, release",
+            "8. one job through the market: validators stake, order, bid, match (the market "
+            "draws the validators), submit, beacon shares, verify, attest, release",
             "dk market …",
         )
         if not run_demo(

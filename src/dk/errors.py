@@ -1,12 +1,47 @@
-"""The dk exception tree (one small hierarchy, shared by every layer)."""
+"""The dk exception tree (one small hierarchy, shared by every layer) and the exit codes.
+
+Every error class carries the process exit status it maps to (``exit_code``), so that the
+command line holds no mapping of its own: :func:`exit_code_for` is the one place that decides
+(SPEC §14.1; numbers are never reused).
+"""
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any
+
+
+class ExitCode(IntEnum):
+    """Exit status of a ``dk`` command (numbers are never reused)."""
+
+    OK = 0  # accepted / succeeded
+    REJECTED = 1  # verification ran and rejected (the worker's evidence is wrong); market refused
+    USAGE = 2  # bad command line (click's own code); output exists
+    MALFORMED = 3  # malformed input file, bundle, job, key or challenge given to the command
+    BACKEND_MISSING = 4  # optional backend (EZKL, CUDA, Ray) not installed
+    INCONCLUSIVE = 5  # verification could not decide (the verifier's own data/backend/machine)
+    UNAVAILABLE = (
+        69  # a service dk talks to (a market server) could not be reached (EX_UNAVAILABLE)
+    )
+    INTERNAL = 70  # a bug in dk (EX_SOFTWARE)
+
+
+EXIT_HELP = {
+    ExitCode.OK: "accepted / succeeded",
+    ExitCode.REJECTED: "verification rejected (or the market refused the operation)",
+    ExitCode.USAGE: "usage error",
+    ExitCode.MALFORMED: "malformed input",
+    ExitCode.BACKEND_MISSING: "missing optional backend",
+    ExitCode.INCONCLUSIVE: "verification inconclusive: the verifier could not decide",
+    ExitCode.UNAVAILABLE: "a service (market server) could not be reached",
+    ExitCode.INTERNAL: "internal error",
+}
 
 
 class DkError(Exception):
     """Base class of every error dk raises on purpose."""
+
+    exit_code: ExitCode = ExitCode.MALFORMED
 
 
 class FormatError(DkError, ValueError):
@@ -17,13 +52,18 @@ class FormatError(DkError, ValueError):
             malformation maps to, when it is known.
     """
 
+    exit_code = ExitCode.MALFORMED
+
     def __init__(self, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
 
 
 class VerificationFailed(DkError):
-    """A verification that was asked to succeed did not; ``.reason`` holds the code."""
+    """A verification that was asked to succeed did not; ``.reason`` holds the first code and
+    ``.report`` the report (whose verdict is ``reject`` or ``inconclusive``)."""
+
+    exit_code = ExitCode.REJECTED
 
     def __init__(self, message: str, *, reason: Any = None, report: Any = None) -> None:
         super().__init__(message)
@@ -34,10 +74,41 @@ class VerificationFailed(DkError):
 class BackendUnavailable(DkError, ImportError):
     """An optional backend (EZKL, CUDA, Ray) is not installed or not usable here."""
 
+    exit_code = ExitCode.BACKEND_MISSING
+
+
+class ServiceUnavailable(DkError, ConnectionError):
+    """A service dk talks to over the network (a market server) could not be reached."""
+
+    exit_code = ExitCode.UNAVAILABLE
+
 
 class EscrowStateError(DkError):
     """A market operation that the current escrow/order state does not allow."""
 
+    exit_code = ExitCode.REJECTED
+
+
+def exit_code_for(exc: BaseException) -> ExitCode:
+    """The exit status for an exception that ended a command (SPEC §14.1).
+
+    A :class:`DkError` maps by its class (an inconclusive :class:`VerificationFailed` to
+    ``INCONCLUSIVE``); missing or unreadable files are malformed input; an existing output is a
+    usage error; anything else is a bug (``INTERNAL``).
+    """
+    if isinstance(exc, VerificationFailed):
+        verdict = getattr(exc.report, "verdict", "reject")
+        return ExitCode.INCONCLUSIVE if verdict == "inconclusive" else ExitCode.REJECTED
+    if isinstance(exc, DkError):
+        return exc.exit_code
+    if isinstance(exc, FileExistsError):
+        return ExitCode.USAGE
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
+        return ExitCode.MALFORMED
+    return ExitCode.INTERNAL
+
 
 class JobMismatch(DkError, ValueError):
     """A user's model, optimizer, schedule, data or loop is not the job's (Recorder)."""
+
+    exit_code = ExitCode.MALFORMED

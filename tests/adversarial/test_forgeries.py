@@ -103,19 +103,22 @@ def test_replay_interval_primitive(honest: tuple[object, Path], tmp_path: Path) 
     from dk.verifier import replay_interval
 
     job, bundle = honest
-    assert all(replay_interval(bundle, job, i) for i in range(4))
+    assert all(replay_interval(bundle, job, i).verdict == "accept" for i in range(4))
     forge, _ = FORGERIES["skipped-interval"]
     forged = forge(Forgery(bundle, tmp_path / "skip"), WORKER)
-    assert [replay_interval(forged, job, i) for i in range(4)] == [True, True, False, False]
-    assert not replay_interval(forged, job, 99)
-    assert not replay_interval(tmp_path / "nowhere", job, 0)
+    got = [replay_interval(forged, job, i) for i in range(4)]
+    assert [r.verdict for r in got] == ["accept", "accept", "reject", "reject"]
+    assert got[2].reason == "REPLAY_MISMATCH" and not got[2]
+    assert replay_interval(forged, job, 99).verdict == "reject"
+    nowhere = replay_interval(tmp_path / "nowhere", job, 0)  # the verifier's own path is wrong
+    assert nowhere.verdict == "inconclusive" and nowhere.reason == "BUNDLE_NOT_FOUND"
 
 
 def test_challenged_integrity_checks_only_what_it_replays(
     honest: tuple[object, Path], tmp_path: Path
 ) -> None:
     """integrity='challenged' fetches only challenged checkpoints: a tampered blob outside the
-    challenge goes unnoticed there but not with the default integrity='all'."""
+    challenge goes unnoticed there (the default) but not with integrity='all'."""
     job, bundle = honest
     f = Forgery(bundle, tmp_path / "t")
     blob = f.dir / f.m["checkpoints"][4]["blob"]  # the final checkpoint
@@ -125,7 +128,8 @@ def test_challenged_integrity_checks_only_what_it_replays(
     # interval 0 alone needs checkpoints 0 and 1
     lazy = verify_bundle(f.dir, job, beacon=BEACON, samples=0, topq=0, integrity="challenged")
     assert lazy.figures["checkpoints_checked"] <= 2 and lazy.challenged == []
-    full = verify_bundle(f.dir, job, beacon=BEACON, samples=0, topq=0)
+    assert verify_bundle(f.dir, job, beacon=BEACON, samples=0, topq=0).ok  # the default
+    full = verify_bundle(f.dir, job, beacon=BEACON, samples=0, topq=0, integrity="all")
     assert full.codes == ["COMMITMENT_MISMATCH"]
     touched = verify_bundle(f.dir, job, beacon=BEACON, samples=1000, integrity="challenged")
     assert touched.codes == ["COMMITMENT_MISMATCH"]

@@ -20,7 +20,7 @@ from dk.verifier.challenge import challenge_document
 pytestmark = [pytest.mark.ezkl, pytest.mark.slow]
 
 BEACON = bytes(range(32))
-TINY_ZK = {"decomp_base": 256, "decomp_legs": 4}
+TINY_ZK = {"decomp_base": 256, "decomp_legs": 4, "srs": "local"}
 
 
 @pytest.fixture(scope="module")
@@ -87,6 +87,9 @@ def test_honest_proofs_are_accepted_without_replay(zk: dict[str, object]) -> Non
     assert report.checks["zk"] == "pass" and "replay" not in report.checks
     assert report.flags == ["insecure-srs"]
     assert report.figures["proven_steps_checked"] == 4
+    # the report shows which SRS checked the proofs, and its digest covers it (SPEC IV §5)
+    assert report.srs["kind"] == "local" and len(report.srs["sha256"]) == 64
+    assert report.attestation_body()["srs"] == report.srs
 
 
 def test_committed_bundle_without_proofs_is_missing_them(zk: dict[str, object]) -> None:
@@ -186,11 +189,100 @@ def test_cli_challenge_respond_verify(zk: dict[str, object]) -> None:
         str(tmp / "cli-bundle"),
     )
     assert r.exit_code == 0, r.output
-    r = dk("verify", str(tmp / "cli-bundle"), "--job", str(tmp / "job.toml"), *beacon, "--json")
+    r = dk(
+        "verify", str(tmp / "cli-bundle"), "--job", str(tmp / "job.toml"),
+        "--challenge", str(tmp / "ch1.json"), "--samples", "1", "--topq", "0", "--json",
+    )  # fmt: skip
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["flags"] == ["insecure-srs"]
+    assert json.loads(r.output)["srs"]["kind"] == "local"
     other = ["--beacon", "ff" * 32, "--samples", "1", "--topq", "0"]
     r = dk("verify", str(tmp / "cli-bundle"), "--job", str(tmp / "job.toml"), *other, "--json")
     challenged = json.loads(r.output)["challenged"]
     proven = json.loads((tmp / "ch1.json").read_text())["intervals"]
     assert r.exit_code == (0 if challenged == proven else 1)
+
+
+# -- issue 10 item 6: the job names the SRS it accepts ----------------------------------------
+
+
+def _rebind(zk: dict[str, object], name: str, srs: str) -> tuple[object, Path]:
+    """The honest answer, re-signed for the same job naming another accepted SRS."""
+    from vectors.gen.forge import Forgery
+
+    job = zk["job"].with_updates(pol={"zk": {**TINY_ZK, "srs": srs}})  # type: ignore[attr-defined]
+    f = Forgery(Path(zk["bundle"]), Path(zk["tmp"]) / name)  # type: ignore[arg-type]
+    f.m["job_id"] = job.job_id.hex()
+    return job, f.commit(WORKER)
+
+
+def _local_srs_sha256(zk: dict[str, object]) -> str:
+    rec = _records(Path(zk["bundle"]), 0)[0]  # type: ignore[arg-type]
+    return str(rec["srs_sha256"])
+
+
+def test_job_naming_the_local_srs_by_digest_accepts(zk: dict[str, object]) -> None:
+    job, b = _rebind(zk, "pinned-local", _local_srs_sha256(zk))
+    r = verify_bundle(b, job, beacon=BEACON, samples=2, topq=0)
+    assert r.ok, r.codes
+    assert r.srs == {"sha256": _local_srs_sha256(zk), "kind": "local"}
+    assert r.flags == ["insecure-srs"]  # still true to its origin
+
+
+def test_a_local_srs_is_not_accepted_for_a_job_naming_another(zk: dict[str, object]) -> None:
+    """A verifier holding only a local SRS cannot check proofs for a job that names another
+    SRS: inconclusive (it lacks the job's SRS), never an acceptance, never the worker's fault."""
+    job, b = _rebind(zk, "pinned-other", "ab" * 32)
+    r = verify_bundle(b, job, beacon=BEACON, samples=2, topq=0)
+    assert r.verdict == "inconclusive" and r.codes == ["ZK_SRS_UNAVAILABLE"], r.codes
+
+
+def test_a_flag_alone_does_not_make_a_local_srs_trusted(
+    zk: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: DK_ZK_SRS_KIND=ceremony made any supplied file a trusted SRS. Now the label is
+    only a label: the job's pin decides."""
+    from dk.circuits.srs import file_sha256
+
+    local = next((Path(zk["tmp"]) / "cache" / "srs").glob("local-k*.srs"))  # type: ignore[arg-type]
+    monkeypatch.setenv("DK_ZK_SRS", str(local))
+    monkeypatch.setenv("DK_ZK_SRS_SHA256", file_sha256(local))
+    monkeypatch.setenv("DK_ZK_SRS_KIND", "ceremony")
+    job, b = _rebind(zk, "flag-only", "cd" * 32)
+    r = verify_bundle(b, job, beacon=BEACON, samples=2, topq=0)
+    assert r.verdict == "inconclusive" and r.codes == ["ZK_SRS_UNAVAILABLE"], r.codes
+    monkeypatch.delenv("DK_ZK_SRS_KIND")  # a supplied file is "local" unless said otherwise
+    r = verify_bundle(zk["bundle"], zk["job"], beacon=BEACON, samples=2, topq=0)
+    assert r.ok and r.srs["kind"] == "local" and r.flags == ["insecure-srs"]
+
+
+def test_proofs_under_another_srs_than_the_pinned_one_reject(zk: dict[str, object]) -> None:
+    """The job pins the verifier's SRS; the worker proved under another: the worker's fault."""
+    job, b = _rebind(zk, "worker-other-srs", _local_srs_sha256(zk))
+    for i in (0, 1):
+        recs = _records(b, i)
+        for rec in recs:
+            rec["srs_sha256"] = "ef" * 32
+        _write(b, i, recs)
+    r = verify_bundle(b, job, beacon=BEACON, samples=2, topq=0)
+    assert r.verdict == "reject" and r.codes[0] == "ZK_SRS_MISMATCH", r.codes
+    # under a job that accepts any local SRS the verifier merely lacks the worker's file
+    r = verify_bundle(_retag(zk, b), zk["job"], beacon=BEACON, samples=2, topq=0)
+    assert r.verdict == "inconclusive" and r.codes[0] == "ZK_SRS_UNAVAILABLE", r.codes
+
+
+def _retag(zk: dict[str, object], b: Path) -> Path:
+    from vectors.gen.forge import Forgery
+
+    f = Forgery(b, b.with_name(b.name + "-local"))
+    f.m["job_id"] = zk["job"].job_id.hex()  # type: ignore[attr-defined]
+    return f.commit(WORKER)
+
+
+def test_job_srs_field_is_checked() -> None:
+    from dk.errors import FormatError
+    from dk.pol import default_job
+
+    for bad in ("ceremony", "AB" * 32, "ab" * 31, 7):
+        with pytest.raises(FormatError, match=r"pol\.zk\.srs"):
+            default_job(arch="linear", mode="zk", pol={"zk": {"srs": bad}})

@@ -234,10 +234,11 @@ def test_verify_prints_bundle_text_verbatim(work: Path, tmp_path: Path) -> None:
 
 def test_verify_bad_input(work: Path, tmp_path: Path) -> None:
     job = work / "job.toml"
-    r = dk("verify", tmp_path / "missing", "--job", job, "--json")
-    assert r.exit_code == 3 and json.loads(r.output)["reasons"] == ["BUNDLE_NOT_FOUND"]
-    (tmp_path / "empty").mkdir()
-    assert dk("verify", tmp_path / "empty", "--job", job).exit_code == 3
+    r = dk("verify", tmp_path / "missing", "--job", job, "--json")  # the verifier's own mistake
+    assert r.exit_code == 5 and json.loads(r.output)["reasons"] == ["BUNDLE_NOT_FOUND"]
+    assert json.loads(r.output)["verdict"] == "inconclusive"
+    (tmp_path / "empty").mkdir()  # the worker's bundle has no manifest: its evidence is wrong
+    assert dk("verify", tmp_path / "empty", "--job", job).exit_code == 1
     for beacon in ("zz" * 32, "ab" * 31, "ab" * 33, ""):
         r = dk("verify", work / "bundle", "--job", job, "--beacon", beacon)
         assert r.exit_code == 2 and "64 hex characters" in r.output, beacon
@@ -265,7 +266,7 @@ def test_console_script_exit_codes_and_one_line_errors(work: Path, tmp_path: Pat
     cases = [
         (["train", str(narrow), "--out", str(tmp_path / "run")], 3),
         (["job", "show", str(bad)], 3),
-        (["verify", str(tmp_path / "missing"), "--job", str(work / "job.toml")], 3),
+        (["verify", str(tmp_path / "missing"), "--job", str(work / "job.toml")], 5),
         (["keygen", "--out", str(work / "worker.key")], 2),
         (["verify", str(work / "bundle"), "--job", str(work / "job.toml"), "--beacon", "xyz"], 2),
     ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import filecmp
 import hashlib
 import json
+import math
 import struct
 from pathlib import Path
 from typing import Any
@@ -25,12 +26,12 @@ import pytest
 from dk.vectors import AREAS, check_all
 
 ROOT = Path(__file__).resolve().parents[2] / "vectors"
-FOUNDATION = ("crypto", "pol", "bundle")
+FOUNDATION = ("crypto", "pol", "bundle", "modes")
 
 # Golden values of transcript format v1 (jobs version 2). Changing any of them is a format change.
 GOLDEN_STREAM_SHA256 = "9b82b8e9f699ed9f664b2963ecde631c9585a6bfe33e8aed6d5ba99a153d6b9d"
 GOLDEN_STREAM_ROOT = "f891b8507fe7c7620f90a9ec5c6e46ad12a80d533df4e969670822ef83ce7a3b"
-GOLDEN_HONEST_MANIFEST_SHA256 = "6eab3e815065a06d115fa227e4c6c23f0e07c10d2279e5fd2db9b8be9d5575a2"
+GOLDEN_HONEST_MANIFEST_SHA256 = "7c7ca704d077908c2b397ff05d452587982a3c252619f27fa80a26f2ebaed918"
 
 
 def _cases(path: Path) -> list[dict[str, Any]]:
@@ -214,6 +215,136 @@ def test_golden_honest_manifest() -> None:
     assert transcript_root(man.raw) == man.transcript_root
 
 
+def _fold(values: list[float]) -> float:
+    """SPEC §1.4 from the text: add the last floor(n/2) terms onto the first, until one is left."""
+    v, n = list(values), len(values)
+    while n > 1:
+        h = n // 2
+        for i in range(h):
+            v[i] += v[n - h + i]
+        n -= h
+    return v[0] if v else 0.0
+
+
+def test_independent_update_norms_of_the_honest_bundle() -> None:
+    """Every claimed update norm, recomputed from the blobs without dk (SPEC §1.4, §11.1)."""
+    from safetensors.numpy import load_file
+
+    bundle = ROOT / "bundle" / "honest"
+    man = json.loads((bundle / "manifest.json").read_bytes())
+    blobs = [load_file(bundle / ck["blob"]) for ck in man["checkpoints"]]
+    for iv in man["intervals"]:
+        a, b = blobs[iv["index"]], blobs[iv["index"] + 1]
+        squares = [
+            (y - x) * (y - x)
+            for k in sorted(n for n in a if n.startswith("model/"))
+            for x, y in zip(a[k].ravel().tolist(), b[k].ravel().tolist(), strict=True)
+        ]
+        assert math.sqrt(_fold(squares)).hex() == float(iv["update_norm"]).hex(), iv["index"]
+
+
+# --- exact mode (SPEC II §4): exp32 / log32 / erf32 re-implemented from the SPEC text --------
+
+_H = {  # the constants table of SPEC II §4, copied as hex
+    "LOG2E": "0x1.715476p+0", "LN2_HI": "0x1.63p-1", "LN2_LO": "-0x1.bd0106p-13",
+    "EXP_OVER": "0x1.633334p+6", "EXP_UNDER": "-0x1.ap+6", "SQRT2": "0x1.6a09e6p+0",
+    "P": "0x1.a0d2cep-13 0x1.6e879cp-10 0x1.11121p-7 0x1.555382p-5 0x1.555554p-3 0x1p-1",
+    "L": "0x1.555556p-1 0x1.99999ap-2 0x1.24924ap-2 0x1.c71c72p-3",
+    "A": "0x1.20dd76p+0 -0x1.81274p-2 0x1.ce2d4p-4 -0x1.b7fd3cp-6 0x1.5422a6p-8 "
+    "-0x1.a4b50ep-11 0x1.4b4662p-14",
+    "B": "0x1.494dbp-2 -0x1.4f1986p-3 0x1.37ea2ap-4 -0x1.0dc644p-5 0x1.b65886p-7 "
+    "-0x1.50b96ep-8 0x1.ee398ap-10 -0x1.71291p-11 0x1.e90a3ep-13",
+    "C": "0x1.6e9828p-3 -0x1.bd6accp-5 0x1.043ff8p-6 -0x1.259b06p-8 0x1.409bdap-10 "
+    "-0x1.51799p-12 0x1.5d4da4p-14 -0x1.926268p-16 0x1.7f99f4p-18",
+}  # fmt: skip
+_K = {k: [np.float32(float.fromhex(t)) for t in v.split()] for k, v in _H.items()}
+_f32 = np.float32
+
+
+def _pow2(j: int) -> np.float32:
+    assert -75 <= j <= 64
+    return _f32(2.0**j)  # exact in float32 (subnormal below -126)
+
+
+def _exp32(x: np.float32) -> np.float32:
+    (log2e,), (hi,), (lo,) = _K["LOG2E"], _K["LN2_HI"], _K["LN2_LO"]
+    if x != x:
+        return x
+    if x > _K["EXP_OVER"][0]:
+        return _f32(np.inf)
+    if x < _K["EXP_UNDER"][0]:
+        return _f32(0.0)
+    n = math.floor(x * log2e + _f32(0.5))
+    r = (x - _f32(n) * hi) - _f32(n) * lo
+    z = r * r
+    p0, p1, p2, p3, p4, p5 = _K["P"]
+    p = ((((p0 * r + p1) * r + p2) * r + p3) * r + p4) * r + p5
+    y = ((p * z) + r) + _f32(1.0)
+    n1 = math.floor(n / 2)
+    return (y * _pow2(n1)) * _pow2(n - n1)
+
+
+def _log32(x: np.float32) -> np.float32:
+    if x != x or x < 0:
+        return _f32(np.nan)
+    if x == 0:
+        return _f32(-np.inf)
+    if x == np.inf:
+        return x
+    m, e = x, 0
+    for k in (64, 32, 16, 8, 4, 2, 1):
+        if m >= _pow2(k):
+            m, e = m * _pow2(-k), e + k
+    if m < _pow2(-63):
+        m, e = m * _pow2(64), e - 64
+    for k in (64, 32, 16, 8, 4, 2, 1):
+        if m < _pow2(1 - k):
+            m, e = m * _pow2(k), e - k
+    if m > _K["SQRT2"][0]:
+        m, e = m * _f32(0.5), e + 1
+    f = m - _f32(1.0)
+    s = f / (_f32(2.0) + f)
+    z = s * s
+    l1, l2, l3, l4 = _K["L"]
+    tail = s * (z * (((l4 * z + l3) * z + l2) * z + l1))
+    lg = (_f32(2.0) * s) + tail
+    fe = _f32(e)
+    return (fe * _K["LN2_HI"][0]) + ((fe * _K["LN2_LO"][0]) + lg)
+
+
+def _erf32(x: np.float32) -> np.float32:
+    if x != x:
+        return x
+    a = abs(x)
+    if a < 1:
+        s, q = a * a, _K["A"][6]
+        for c in reversed(_K["A"][1:6]):
+            q = q * s + c
+        r = a * (q * s + _K["A"][0])
+    elif a < 4:
+        coef, t = (_K["B"], a - _f32(1.5)) if a < 2 else (_K["C"], a - _f32(3.0))
+        q = coef[8]
+        for c in reversed(coef[:8]):
+            q = q * t + c
+        r = _f32(1.0) - _exp32(-(a * a)) * q
+    else:
+        r = _f32(1.0)
+    return -r if x < 0 else r
+
+
+def test_independent_exact_elementwise_functions() -> None:
+    """SPEC II §4 is enough to re-implement exp32/log32/erf32 bit for bit (every vector)."""
+    fns = {"exp32": _exp32, "log32": _log32, "erf32": _erf32}
+    checked = 0
+    with np.errstate(over="ignore", under="ignore"):
+        for c in _cases(ROOT / "exact" / "elementwise.json"):
+            xs = np.frombuffer(bytes.fromhex(c["x"]), dtype="<f4")
+            got = np.array([fns[c["function"]](x) for x in xs], dtype="<f4").tobytes()
+            assert (got.hex() == c["y"]) == (c["result"] == "valid"), c["tcId"]
+            checked += len(xs)
+    assert checked > 300
+
+
 # --- reproducible generation ----------------------------------------------------------------------
 
 
@@ -231,6 +362,16 @@ def test_regeneration_is_byte_identical(area: str, tmp_path: Path) -> None:
 
     importlib.import_module(f"vectors.gen.{area}").generate(tmp_path)
     assert _same_tree(ROOT / area, tmp_path / area) == []
+
+
+@pytest.mark.slow
+def test_modes_regeneration_is_byte_identical(tmp_path: Path) -> None:
+    """Everything but the tolerant bundles, which PyTorch trains (unspecified float32 bits)."""
+    from vectors.gen import modes
+
+    modes.generate(tmp_path)
+    diff = _same_tree(ROOT / "modes", tmp_path / "modes")
+    assert [f for f in diff if not f.startswith("tolerant-")] == []
 
 
 @pytest.mark.slow

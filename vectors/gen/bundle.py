@@ -13,6 +13,7 @@ reproduces every byte; blobs are written as real files (runs hardlink them).
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -213,11 +214,63 @@ def generate(root: Path) -> None:
             job="job-seed1.toml",
         )
     )
-    cases.append(_case("bundle directory missing", "absent", "invalid", "BUNDLE_NOT_FOUND"))
+    cases.append(
+        _case(
+            "bundle directory missing (the verifier's own input: inconclusive)",
+            "absent",
+            "invalid",
+            "BUNDLE_NOT_FOUND",
+            expected_verdict="inconclusive",
+        )
+    )
     (out / "job-malformed.toml").write_text("[model]\narch = 'transformer'\n", encoding="utf-8")
     cases.append(
-        _case("malformed job file", "honest", "invalid", "JOB_MALFORMED", job="job-malformed.toml")
+        _case(
+            "malformed job file (the verifier's own input: inconclusive)",
+            "honest",
+            "invalid",
+            "JOB_MALFORMED",
+            job="job-malformed.toml",
+            expected_verdict="inconclusive",
+        )
     )
+    honest_root = json.loads((out / "honest" / "manifest.json").read_text())["transcript_root"]
+    cases.append(
+        _case(
+            "challenge pins the committed root (SPEC §12.1)",
+            "honest",
+            "valid",
+            verify={"root": honest_root},
+        )
+    )
+    cases.append(
+        _case(
+            "bundle under another root than the challenged one (re-committed after the beacon)",
+            "honest",
+            "invalid",
+            "ROOT_NOT_CHALLENGED",
+            verify={"root": bytes(32).hex()},
+        )
+    )
+    last_blob = json.loads((out / "honest" / "manifest.json").read_text())["checkpoints"][-1]
+    flip = bytearray((out / "honest" / last_blob["blob"]).read_bytes())
+    flip[-3] ^= 1
+    for integrity, result, reason in (
+        ("challenged", "valid", None),
+        ("all", "invalid", "COMMITMENT_MISMATCH"),
+    ):
+        cases.append(
+            _case(
+                f"final blob damaged, no interval challenged, integrity = {integrity!r} "
+                "(challenged fetches only what the challenge needs, SPEC §12.2)",
+                "honest",
+                result,
+                reason,
+                samples=0,
+                verify={"integrity": integrity, "topq": 0},
+                write={last_blob["blob"]: bytes(flip).hex()},
+            )
+        )
     sig = (out / "honest" / "signature.hex").read_bytes()
     manifest = (out / "honest" / "manifest.json").read_bytes()
     recipes: list[tuple[str, str, dict[str, Any]]] = [

@@ -8,7 +8,6 @@ SPEC, such as a Merkle proof re-read with a size whose walk is identical, is ski
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -129,19 +128,61 @@ def hashing_cases() -> list[Case]:
 # --- §1.3 canonical JSON ----------------------------------------------------------------------
 
 
+# RFC 8785 Appendix B: binary64 (big-endian hex) and its canonical text.
+RFC8785_NUMBERS = [
+    ("0000000000000000", "0"),
+    ("8000000000000000", "0"),
+    ("0000000000000001", "5e-324"),
+    ("8000000000000001", "-5e-324"),
+    ("7fefffffffffffff", "1.7976931348623157e+308"),
+    ("ffefffffffffffff", "-1.7976931348623157e+308"),
+    ("4340000000000000", "9007199254740992"),
+    ("c340000000000000", "-9007199254740992"),
+    ("4430000000000000", "295147905179352830000"),
+    ("44b52d02c7e14af5", "9.999999999999997e+22"),
+    ("44b52d02c7e14af6", "1e+23"),
+    ("44b52d02c7e14af7", "1.0000000000000001e+23"),
+    ("444b1ae4d6e2ef4e", "999999999999999700000"),
+    ("444b1ae4d6e2ef4f", "999999999999999900000"),
+    ("444b1ae4d6e2ef50", "1e+21"),
+    ("3eb0c6f7a0b5ed8c", "9.999999999999997e-7"),
+    ("3eb0c6f7a0b5ed8d", "0.000001"),
+    ("41b3de4355555553", "333333333.3333332"),
+    ("41b3de4355555554", "333333333.33333325"),
+    ("41b3de4355555555", "333333333.3333333"),
+    ("41b3de4355555556", "333333333.3333334"),
+    ("41b3de4355555557", "333333333.33333343"),
+    ("becbf647612f3696", "-0.0000033333333333333333"),
+    ("43143ff3c1cb0959", "1424953923781206.2"),
+]
+
+
 def canonical_json_cases() -> list[Case]:
     """Canonical encodings of parsed documents, and documents a strict parser must reject."""
     docs = [
         ('{"b": 1, "a": 2}', "keys sorted"),
         ('{"z": {"y": [3, 2, 1], "x": null}, "a": true, "m": false}', "nested objects, literals"),
         (
-            '{"lr": 0.05, "eps": 1e-8, "big": 1e20, "one": 1.0, "negz": -0.0, "e16": 1e16}',
-            "floats as shortest repr",
+            '{"lr": 0.05, "eps": 1e-08, "big": 1e20, "one": 1.0, "negz": -0.0, "e16": 1e16,'
+            ' "e21": 1e21, "tiny": 0.000001, "tinier": 1E-7, "frac": 1.50}',
+            "floats as ECMAScript Number.prototype.toString (RFC 8785 §3.2.2.3)",
         ),
-        ('{"n": 1180591620717411303424, "neg": -7, "zero": 0}', "integers in plain decimal"),
         (
-            '{"\\u00e9": 1, "e": 2, "\\ud83d\\ude00": 3, "\\uffff": 4}',
-            "non-ASCII keys sorted by UTF-8 bytes",
+            '{"max": 18446744073709551615, "min": -18446744073709551615,'
+            ' "seed": 9223372036854775807, "neg": -7, "zero": 0,'
+            ' "as_float": 18446744073709551616, "e": 2e0}',
+            "integers below 2^64 in plain decimal; a 2^64 token is binary64 (SPEC §1.3)",
+        ),
+        (
+            '{"\\u00e9": 1, "e": 2, "\\ud83d\\ude00": 3, "\\uffff": 4, "\\ue000": 5}',
+            "non-ASCII keys sorted by UTF-16 code units (U+1F600 before U+E000)",
+        ),
+        (
+            '{"\\u20ac": "Euro Sign", "\\r": "Carriage Return",'
+            ' "\\ufb33": "Hebrew Letter Dalet With Dagesh", "1": "One",'
+            ' "\\ud83d\\ude00": "Emoji: Grinning Face", "\\u0080": "Control",'
+            ' "\\u00f6": "Latin Small Letter O With Diaeresis"}',
+            "RFC 8785 §3.2.3 sorting example",
         ),
         (
             '["caf\\u00e9", "\\u0001", "tab\\t", "quote\\"", "back\\\\slash", "\\u2028"]',
@@ -150,16 +191,41 @@ def canonical_json_cases() -> list[Case]:
         ("[]", "empty array"),
         ("{}", "empty object"),
         ("[" * 32 + "]" * 32, "32 nested arrays"),
+        ('["/", "\\u007f", "\\u001f", "\\b\\f\\n\\r\\t"]', "JSON.stringify escapes"),
     ]
     cases: list[Case] = []
     for text, why in docs:
-        value = json.loads(text)
+        value = parse_json(text.encode(), limit=1 << 20)
         cases.append(
             {
                 "comment": why,
                 "result": "valid",
                 "input": text.encode().hex(),
                 "canonical": canonical_json(value).hex(),
+            }
+        )
+    for ieee, text in RFC8785_NUMBERS:
+        value = struct.unpack(">d", bytes.fromhex(ieee))[0]
+        assert canonical_json(value) == text.encode(), (ieee, text)
+        cases.append(
+            {
+                "comment": f"RFC 8785 Appendix B: binary64 {ieee}",
+                "result": "valid",
+                "op": "number",
+                "f64": ieee,
+                "canonical": text.encode().hex(),
+            }
+        )
+    for ieee, why in [("7fffffffffffffff", "NaN"), ("7ff0000000000000", "Infinity")]:
+        value = struct.unpack(">d", bytes.fromhex(ieee))[0]
+        assert _raises(lambda v=value: canonical_json(v)) == "FormatError"
+        cases.append(
+            {
+                "comment": f"RFC 8785 Appendix B: {why} has no encoding",
+                "result": "invalid",
+                "expected_reason": "FormatError",
+                "op": "number",
+                "f64": ieee,
             }
         )
     bad: list[tuple[bytes, str]] = [

@@ -65,7 +65,7 @@ class StepCircuit:
         workdir: str | Path,
         srs: str | Path | None = None,
         srs_sha256: str | None = None,
-        srs_kind: str = "ceremony",
+        srs_kind: str = "local",
         settings: eb.ZkSettings | None = None,
     ) -> StepCircuit:
         """Export, check, calibrate and compile the step circuit (cached under ``workdir``).
@@ -76,10 +76,11 @@ class StepCircuit:
             lr: SGD learning rate of the job.
             batch_size: rows per batch.
             workdir: cache directory for circuits, keys and the local SRS.
-            srs: a ceremony SRS file, or None for a locally generated (insecure) SRS.
+            srs: a supplied SRS file, or None for a locally generated (insecure) SRS.
             srs_sha256: the pin of ``srs`` (required with ``srs``).
-            srs_kind: ``"ceremony"`` for a trusted SRS file, ``"local"`` for someone's
-                locally generated one (proofs checked with it are flagged insecure).
+            srs_kind: ``"local"`` (default: someone's locally generated file; proofs checked
+                with it are flagged insecure) or ``"ceremony"`` (the caller vouches for its
+                origin).
             settings: circuit knobs; defaults to ``ZkSettings()``.
 
         Returns:

@@ -32,7 +32,8 @@ def cache_dir() -> Path:
 def zk_settings(job: Any) -> ZkSettings:
     """The job's circuit settings (``pol.zk`` overrides of the defaults)."""
     try:
-        return ZkSettings(**job.pol.get("zk", {}))
+        # ``srs`` names the SRS the job accepts (SPEC IV §5); it is not a circuit setting.
+        return ZkSettings(**{k: v for k, v in job.pol.get("zk", {}).items() if k != "srs"})
     except (TypeError, ValueError) as e:
         raise FormatError(f"job: pol.zk: {e}", reason="JOB_MALFORMED") from None
 
@@ -41,7 +42,9 @@ def circuit_for_job(job: Any, *, workdir: str | Path | None = None) -> StepCircu
     """The step circuit a zk job defines (built and cached under ``workdir``).
 
     The SRS: ``DK_ZK_SRS`` (a file) pinned by ``DK_ZK_SRS_SHA256``, of kind ``DK_ZK_SRS_KIND``
-    (``ceremony``, trusted; or ``local``, someone's generated file, flagged ``insecure-srs``).
+    (default ``local``: someone's generated file, flagged ``insecure-srs``; ``ceremony`` only
+    when the operator says the file comes from a ceremony). Which SRS a *verifier* accepts is
+    the job's choice (``pol.zk.srs``), never this label's (SPEC IV §5).
     Without ``DK_ZK_SRS`` a local SRS is generated once in the cache directory; it is random
     per machine, so a worker and a verifier on different machines must share the file
     (and every proof checked with it is flagged ``insecure-srs``). Nothing is downloaded.
@@ -60,7 +63,7 @@ def circuit_for_job(job: Any, *, workdir: str | Path | None = None) -> StepCircu
         workdir=workdir if workdir is not None else cache_dir(),
         srs=srs,
         srs_sha256=pin,
-        srs_kind=os.environ.get("DK_ZK_SRS_KIND", "ceremony"),
+        srs_kind=os.environ.get("DK_ZK_SRS_KIND", "local"),
         settings=zk_settings(job),
     )
 

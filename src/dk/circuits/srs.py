@@ -3,7 +3,8 @@
 SPEC IV §5. dk never downloads an SRS. By default it generates one with EZKL's
 ``gen_srs`` (fresh randomness; whoever generated it could forge proofs, so every proof made
 with it carries the ``insecure-srs`` flag) and keeps it in the work directory for reuse.
-A ceremony SRS file can be supplied instead; it is pinned by its SHA-256 and then trusted.
+An SRS file can be supplied instead, pinned by its SHA-256; it is labelled ``local`` unless
+the caller says it comes from a ceremony. Which SRS a verifier accepts is named by the job.
 """
 
 from __future__ import annotations
@@ -77,15 +78,16 @@ def local_srs(directory: Path, logrows: int) -> Srs:
     return Srs(path=path, sha256=file_sha256(path), kind="local")
 
 
-def pinned_srs(path: str | Path, sha256: str | None, kind: str = "ceremony") -> Srs:
+def pinned_srs(path: str | Path, sha256: str | None, kind: str = "local") -> Srs:
     """Accept a supplied SRS file, checking it against its pinned SHA-256.
 
     Args:
         path: the SRS file.
         sha256: the expected hex SHA-256; required, so that a swapped file is refused.
-        kind: ``"ceremony"`` (trusted) or ``"local"`` (someone's locally generated SRS, e.g.
-            the one a worker proved with, shipped next to the proofs: usable, but flagged
-            ``insecure-srs``).
+        kind: ``"local"`` (default: someone's locally generated SRS, e.g. the one a worker
+            proved with, shipped next to the proofs: usable, but flagged ``insecure-srs``) or
+            ``"ceremony"`` (the caller vouches that it comes from a ceremony). The label never
+            decides acceptance: the job names the SRS it accepts (SPEC IV §5).
 
     Returns:
         The SRS.

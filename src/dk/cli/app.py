@@ -15,8 +15,7 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from dk.cli.exit_codes import ExitCode
-from dk.errors import BackendUnavailable, DkError, FormatError
+from dk.cli.exit_codes import ExitCode, exit_code_for
 
 
 class App:
@@ -54,6 +53,7 @@ _LAZY_COMMANDS = {
     "train": ("dk.cli.commands", "train"),
     "prove": ("dk.cli.commands", "prove"),
     "verify": ("dk.cli.commands", "verify"),
+    "verify-many": ("dk.cli.commands", "verify_many_cmd"),
     "challenge": ("dk.cli.commands", "challenge"),
     "calibrate": ("dk.cli.commands", "calibrate"),
     "export": ("dk.cli.commands", "export"),
@@ -95,7 +95,7 @@ def cli(ctx: click.Context) -> None:
     bundle (`dk prove`), and anyone holding the job checks it cheaply (`dk verify`).
 
     Exit codes: 0 ok/accepted, 1 rejected, 2 usage, 3 malformed input, 4 missing optional
-    backend, 70 internal error.
+    backend, 5 verification inconclusive, 70 internal error.
     """
     ctx.obj = App()
 
@@ -112,22 +112,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(ExitCode.USAGE if isinstance(e, click.UsageError) else e.exit_code)
     except SystemExit:
         raise
-    except BackendUnavailable as e:
-        click.echo(f"dk: error: {e}", err=True)
-        sys.exit(ExitCode.BACKEND_MISSING)
-    except (FormatError, FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:
-        click.echo(f"dk: error: {e}", err=True)
-        sys.exit(ExitCode.MALFORMED)
-    except FileExistsError as e:
-        click.echo(f"dk: error: {e}", err=True)
-        sys.exit(ExitCode.USAGE)
-    except DkError as e:
-        click.echo(f"dk: error: {e}", err=True)
-        sys.exit(ExitCode.MALFORMED)
     except KeyboardInterrupt:
         click.echo("dk: interrupted", err=True)
         sys.exit(130)
-    except Exception:
+    except Exception as e:
+        code = exit_code_for(e)  # the library decides (dk.errors)
+        if code != ExitCode.INTERNAL:
+            click.echo(f"dk: error: {e}", err=True)
+            sys.exit(code)
         from rich.console import Console as _C
 
         _C(stderr=True).print_exception(show_locals=os.environ.get("DK_DEBUG") == "1")

@@ -19,13 +19,13 @@ _HEX32 = "64 hex characters"
 def _hex32(ctx: click.Context, param: click.Parameter, value: str | None) -> bytes | None:
     if value is None:
         return None
+    from dk.crypto.hashing import parse_hex_digest
+    from dk.errors import FormatError
+
     try:
-        raw = bytes.fromhex(value)
-    except ValueError:
+        return parse_hex_digest(value.lower(), what=param.name or "value")
+    except FormatError:
         raise click.BadParameter(f"must be {_HEX32}") from None
-    if len(raw) != 32:
-        raise click.BadParameter(f"must be {_HEX32}")
-    return raw
 
 
 @click.command(short_help="Create an Ed25519 key pair")
@@ -105,6 +105,13 @@ def job() -> None:
 )
 @click.option("--worker", default=None, help="Only accept bundles signed by this public key (hex).")
 @click.option(
+    "--srs",
+    default="local",
+    show_default=True,
+    help="zk mode: the SRS the job accepts, by SHA-256 (64 hex), or 'local' (anyone's locally "
+    "generated SRS: whoever made it can forge proofs).",
+)
+@click.option(
     "--compression",
     default="",
     help="Gradient codec, e.g. 'topk:0.01', 'int8', 'qsgd:levels=16,seed=1'.",
@@ -138,6 +145,7 @@ def job_init(
     dataset: str,
     tolerance: float | None,
     worker: str | None,
+    srs: str,
     compression: str,
     out: str,
     force: bool,
@@ -148,6 +156,7 @@ def job_init(
     With no options it writes a working exact-mode digits MLP job.
     """
     from dk.pol.jobinit import default_job
+    from dk.pol.run import atomic_write
 
     out_p = Path(out)
     if out_p.exists() and not force:
@@ -189,11 +198,14 @@ def job_init(
         data_path=data_path,
         tolerance=tolerance,
         base_dir=out_p.resolve().parent,
-        pol={"worker": worker} if worker else {},
+        pol={
+            **({"worker": worker} if worker else {}),
+            **({"zk": {"srs": srs.lower()}} if mode == "zk" else {}),
+        },
         train={"compression": compression} if compression else {},
         init_extra=_zk_init_extra() if mode == "zk" else None,
     )
-    out_p.write_text(spec.to_toml())
+    atomic_write(out_p, spec.to_toml().encode())
     if as_json:
         app.emit_json({"job": out, "job_id": spec.job_id.hex(), "spec": spec.spec})
     else:
@@ -380,19 +392,45 @@ def challenge_options(f: Any) -> Any:
 @click.option("--job", "job_file", required=True, type=click.Path(dir_okay=False))
 @challenge_options
 @click.option(
+    "--challenge",
+    "challenge_file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="challenge.json from `dk challenge`: its beacon, and the root it pins.",
+)
+@click.option(
+    "--root",
+    callback=_hex32,
+    default=None,
+    help=f"Transcript root ({_HEX32}) the challenge was issued for; another root is rejected.",
+)
+@click.option(
+    "--data",
+    type=click.Path(exists=True),
+    default=None,
+    help="The verifier's own copy of the data (replaces the job's data.path).",
+)
+@click.option(
     "--workers",
     type=click.IntRange(1),
     default=1,
     show_default=True,
     help="Local replay processes.",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="ADDRESS",
+    help="Replay on a Ray cluster (ray://host:port, auto) or 'local' (starts Ray here).",
+)
 @click.option("--worker", default=None, help="Require this worker public key (hex).")
 @click.option(
     "--integrity",
-    type=click.Choice(["all", "challenged"]),
-    default="all",
+    type=click.Choice(["challenged", "all"]),
+    default="challenged",
     show_default=True,
-    help="Check every checkpoint blob, or only those the challenge needs.",
+    help="Check only the checkpoints the challenge needs, or every one (archival audits).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
@@ -405,25 +443,42 @@ def verify(
     topq: int,
     detect: float,
     skipped: float,
+    challenge_file: str | None,
+    root: bytes | None,
+    data: str | None,
     workers: int,
+    ray_address: str | None,
     worker: str | None,
     integrity: str,
     as_json: bool,
 ) -> None:
-    """Verify BUNDLE against the job. Exit 0 accept, 1 reject, 3 malformed input."""
-    from dk.verifier import verify_bundle
+    """Verify BUNDLE against the job.
 
+    Exit 0 accept, 1 reject, 5 inconclusive (the verifier could not decide).
+    """
+    from dk.verifier import verify_bundle
+    from dk.verifier.challenge import pinned_challenge
+
+    beacon, root = pinned_challenge(challenge_file, job_file, beacon=beacon, root=root)
+    executor = None
+    if ray_address:
+        from dk.verifier.executors import ray_executor
+
+        executor = ray_executor(ray_address)
     report = verify_bundle(
         bundle,
         job_file,
         beacon=beacon,
+        root=root,
         samples=samples,
         topq=topq,
         workers=workers,
         skipped_fraction=skipped,
         detect=detect,
         worker=worker,
+        data=data,
         integrity=integrity,
+        executor=executor,
     )
     d = report.to_dict()
     if as_json:
@@ -435,15 +490,66 @@ def verify(
         for line in report_summary(d):
             app.print(line)
     if not report.ok:
-        malformed = {
-            "BUNDLE_NOT_FOUND",
-            "JOB_MALFORMED",
-            "MANIFEST_MISSING",
-            "MANIFEST_MALFORMED",
-            "MANIFEST_TOO_LARGE",
-            "UNSUPPORTED_VERSION",
-        }
-        app.abort(None, ExitCode.MALFORMED if set(report.codes) <= malformed else ExitCode.REJECTED)
+        app.abort(None, report.exit_code)
+
+
+@click.command("verify-many", short_help="Verify a directory of bundles (one report each)")
+@click.argument("bundles", type=click.Path(exists=True, file_okay=False))
+@click.option("--job", "job_file", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--beacon", callback=_hex32, default=None, help=f"One beacon ({_HEX32}) for all.")
+@click.option("--samples", type=click.IntRange(0), default=None, help="Uniform samples s.")
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="ADDRESS",
+    help="Verify on Ray (one task per bundle): ray://host:port, auto, or 'local'.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the reports and summary as JSON.")
+@click.pass_obj
+def verify_many_cmd(
+    app: App,
+    bundles: str,
+    job_file: str,
+    beacon: bytes | None,
+    samples: int | None,
+    ray_address: str | None,
+    as_json: bool,
+) -> None:
+    """Verify every bundle directory under BUNDLES (e.g. a market round's results).
+
+    Exit 0 if every bundle is accepted, 1 if any is rejected, else 5 if any is inconclusive.
+    """
+    from dk.verifier.many import summary, verify_many
+
+    executor = None
+    if ray_address:
+        from dk.verifier.executors import ray_executor
+
+        executor = ray_executor(ray_address)
+    results = verify_many(bundles, job_file, executor=executor, beacon=beacon, samples=samples)
+    s = summary(results)
+    if as_json:
+        app.emit_json({"summary": s, "reports": dict(results)})
+    else:
+        from rich.table import Table
+
+        table = Table("bundle", "verdict", "reasons", "challenged", "digest")
+        for r in s["rows"]:
+            table.add_row(
+                r["bundle"], r["verdict"], r["reasons"], str(r["challenged"]), r["digest"]
+            )
+        app.print(table)
+        app.print(
+            f"{s['bundles']} bundles: {s['accept']} accepted, {s['reject']} rejected, "
+            f"{s['inconclusive']} inconclusive"
+        )
+    from dk.errors import ExitCode
+
+    if s["reject"]:
+        app.abort(None, ExitCode.REJECTED)
+    if s["inconclusive"]:
+        app.abort(None, ExitCode.INCONCLUSIVE)
 
 
 @click.command(short_help="Recommend a tolerance for tolerant mode")
@@ -577,13 +683,13 @@ def challenge(
 ) -> None:
     """Check a committed BUNDLE's integrity and write the intervals the worker must prove.
 
-    The beacon is fixed only now, after the worker committed; give the same --beacon to
-    `dk verify` once the worker answered with `dk prove --respond challenge.json --zk`.
+    The beacon is fixed only now, after the worker committed; the file records it with the
+    committed transcript root. Give it to `dk verify --challenge challenge.json` once the
+    worker answered with `dk prove --respond challenge.json --zk`: a bundle with another
+    root is rejected (ROOT_NOT_CHALLENGED).
     """
-    import json
-
     from dk.verifier import verify_bundle
-    from dk.verifier.challenge import challenge_document
+    from dk.verifier.challenge import write_challenge
 
     report = verify_bundle(
         bundle,
@@ -599,10 +705,10 @@ def challenge(
         if as_json:
             app.emit_json(report.to_dict())
         app.abort(
-            f"bundle rejected before any challenge: {', '.join(report.codes)}", ExitCode.REJECTED
+            f"bundle {report.verdict} before any challenge: {', '.join(report.codes)}",
+            report.exit_code,
         )
-    doc = challenge_document(report)
-    Path(out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    doc = write_challenge(report, out)
     if as_json:
         app.emit_json(doc)
     else:

@@ -1,26 +1,13 @@
-"""Process exit codes of the ``dk`` command (numbers are never reused)."""
+"""Process exit codes of the ``dk`` command (numbers are never reused).
+
+The codes and the mapping from errors and reports to them live in the library
+(:mod:`dk.errors`, :attr:`dk.verifier.Report.exit_code`); this module re-exports them.
+"""
 
 from __future__ import annotations
 
-from enum import IntEnum
+from dk.errors import EXIT_HELP as HELP
+from dk.errors import ExitCode as ExitCode
+from dk.errors import exit_code_for as exit_code_for
 
-
-class ExitCode(IntEnum):
-    """Exit status of a ``dk`` command."""
-
-    OK = 0  # accepted / succeeded
-    REJECTED = 1  # verification ran and rejected
-    USAGE = 2  # bad command line (click's own code)
-    MALFORMED = 3  # malformed input file, bundle, job or key
-    BACKEND_MISSING = 4  # optional backend (EZKL, CUDA, Ray) not installed
-    INTERNAL = 70  # a bug in dk (EX_SOFTWARE)
-
-
-HELP = {
-    ExitCode.OK: "accepted / succeeded",
-    ExitCode.REJECTED: "verification rejected",
-    ExitCode.USAGE: "usage error",
-    ExitCode.MALFORMED: "malformed input",
-    ExitCode.BACKEND_MISSING: "missing optional backend",
-    ExitCode.INTERNAL: "internal error",
-}
+__all__ = ["HELP", "ExitCode", "exit_code_for"]

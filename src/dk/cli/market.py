@@ -1,14 +1,16 @@
 """``dk market …``: a thin CLI over :mod:`dk.market` (one library call per command).
 
-Every command takes ``--db`` (default ``$DK_MARKET_DB`` or ``market.db``) and ``--now`` (integer
-seconds; default the wall clock) and prints the outcome, or JSON with ``--json``. A refusal by
-the market exits 1 with its reason code.
+Every command takes ``--db`` (default ``$DK_MARKET_DB`` or ``market.db``) and prints the
+outcome, or JSON with ``--json``. A refusal by the market exits 1 with its reason code.
+
+Time belongs to the ledger, never to a party (SPEC Part V §3.1): ``--now`` is accepted only by a
+ledger created with ``dk market init --clock test``; any other ledger refuses it (exit 2).
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,9 +19,11 @@ import click
 from dk.cli.app import App
 from dk.cli.exit_codes import ExitCode
 
+_URL: contextvars.ContextVar[str | None] = contextvars.ContextVar("dk_market_url", default=None)
+
 
 def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Add --db/--now/--json and map market refusals to exit code 1."""
+    """Add --db/--url/--now/--json and map market refusals to exit code 1."""
 
     @click.option(
         "--db",
@@ -30,20 +34,31 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
         help="Ledger file (SQLite).",
     )
     @click.option(
+        "--url",
+        envvar="DK_MARKET_URL",
+        default=None,
+        help="A market server (dk market serve) instead of a local ledger file.",
+    )
+    @click.option(
         "--now",
         type=click.IntRange(0),
         default=None,
-        help="Time in integer seconds (default: now).",
+        help="Test ledgers (init --clock test) only: the time in integer seconds.",
     )
     @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
     @click.pass_obj
     @functools.wraps(fn)
-    def wrapper(app: App, db: str, now: int | None, as_json: bool, **kw: Any) -> None:
+    def wrapper(
+        app: App, db: str, url: str | None, now: int | None, as_json: bool, **kw: Any
+    ) -> None:
         from dk.market import MarketRefused
 
+        _URL.set(url)
         try:
-            out = fn(db=db, now=int(time.time()) if now is None else now, **kw)
+            out = fn(db=db, now=now, **kw)
         except MarketRefused as e:
+            if e.reason == "CLOCK_LOCKED":
+                app.abort(str(e), ExitCode.USAGE)
             app.abort(str(e), ExitCode.REJECTED)
         if as_json:
             app.emit_json(out)
@@ -67,19 +82,26 @@ def _render(app: App, out: Any) -> None:
         app.print(str(out))
 
 
-def _open(db: str) -> Any:
-    from dk.market import Market
-
-    return Market(db)
+def _clock(now: int | None) -> Callable[[], int] | None:
+    return None if now is None else (lambda: now)
 
 
-def _signed(db: str, keyfile: str, action: str, now: int, **params: Any) -> dict[str, Any]:
+def _open(db: str, now: int | None) -> Any:
+    from dk.market.client import open_market
+
+    return open_market(db, url=_URL.get(), clock=_clock(now))
+
+
+def _client(m: Any, keyfile: str) -> Any:
     from dk.crypto.keys import load_signing_key
     from dk.market import Client
 
-    with _open(db) as m:
-        req = Client(load_signing_key(keyfile), m.market_id).request(action, **params)
-        return m.execute(req, now=now)
+    return Client(load_signing_key(keyfile), m.market_id)
+
+
+def _signed(db: str, keyfile: str, action: str, now: int | None, **params: Any) -> dict[str, Any]:
+    with _open(db, now) as m:
+        return m.execute(_client(m, keyfile).request(action, **params))
 
 
 def _tags(values: tuple[str, ...]) -> dict[str, str]:
@@ -130,20 +152,52 @@ def market() -> None:
 @click.option("--samples", type=click.IntRange(0), default=2, show_default=True)
 @click.option("--topq", type=click.IntRange(0), default=1, show_default=True)
 @click.option("--min-bond", type=click.IntRange(1), default=1, show_default=True)
+@click.option(
+    "--n",
+    type=click.IntRange(1, 64),
+    default=3,
+    show_default=True,
+    help="Default validators drawn per order (raised to --k if smaller).",
+)
+@click.option("--min-validator-stake", type=click.IntRange(1), default=100, show_default=True)
+@click.option(
+    "--share-timeout",
+    type=click.IntRange(0),
+    default=600,
+    show_default=True,
+    help="Seconds a drawn validator has to post its beacon share.",
+)
+@click.option(
+    "--withhold-penalty",
+    type=click.IntRange(0),
+    default=10,
+    show_default=True,
+    help="Taken from a validator that withholds its share.",
+)
+@click.option(
+    "--clock",
+    type=click.Choice(["system", "test"]),
+    default="system",
+    show_default=True,
+    help="system: the ledger keeps its own time; test: --now is accepted (tests only).",
+)
 @_common
-def init(db: str, now: int, **config: int) -> dict[str, Any]:
+def init(db: str, now: int | None, n: int, **config: Any) -> dict[str, Any]:
     """Create a new market ledger at --db."""
     from dk.market import Market, MarketConfig
 
-    with Market.create(db, now=now, config=MarketConfig(**config)) as m:
-        return {"market_id": m.market_id.hex(), "db": db}
+    if _URL.get():
+        raise click.UsageError("init creates a local ledger; a server's ledger exists already")
+    cfg = MarketConfig(n=max(n, config["k"]), **config)
+    with Market.create(db, config=cfg, clock=_clock(now)) as m:
+        return {"market_id": m.market_id.hex(), "db": db, "clock": cfg.clock}
 
 
 @market.command(short_help="Deposit into an account")
 @KEY
 @click.argument("amount", type=click.IntRange(1))
 @_common
-def deposit(db: str, now: int, keyfile: str, amount: int) -> dict[str, Any]:
+def deposit(db: str, now: int | None, keyfile: str, amount: int) -> dict[str, Any]:
     """Credit AMOUNT to the key's account."""
     return _signed(db, keyfile, "deposit", now, amount=amount)
 
@@ -152,7 +206,7 @@ def deposit(db: str, now: int, keyfile: str, amount: int) -> dict[str, Any]:
 @KEY
 @click.argument("amount", type=click.IntRange(1))
 @_common
-def withdraw(db: str, now: int, keyfile: str, amount: int) -> dict[str, Any]:
+def withdraw(db: str, now: int | None, keyfile: str, amount: int) -> dict[str, Any]:
     """Pay AMOUNT of the key's free balance out of the market."""
     return _signed(db, keyfile, "withdraw", now, amount=amount)
 
@@ -162,7 +216,7 @@ def withdraw(db: str, now: int, keyfile: str, amount: int) -> dict[str, Any]:
 @click.option("--to", required=True, help="Recipient public key (64 hex).")
 @click.argument("amount", type=click.IntRange(1))
 @_common
-def transfer(db: str, now: int, keyfile: str, to: str, amount: int) -> dict[str, Any]:
+def transfer(db: str, now: int | None, keyfile: str, to: str, amount: int) -> dict[str, Any]:
     """Move AMOUNT from the key's account to --to."""
     return _signed(db, keyfile, "transfer", now, to=to, amount=amount)
 
@@ -172,14 +226,16 @@ def transfer(db: str, now: int, keyfile: str, to: str, amount: int) -> dict[str,
 @click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--max-price", type=click.IntRange(1), required=True)
 @click.option("--min-stake", type=click.IntRange(0), default=0, show_default=True)
-@click.option("--deadline", type=click.IntRange(1), required=True, help="Seconds from --now.")
+@click.option(
+    "--deadline", type=click.IntRange(1), required=True, help="Seconds from the market's now."
+)
 @click.option("--tag", "tag", multiple=True, help="Condition KEY=VALUE (repeatable).")
 @click.option("--k", type=click.IntRange(1, 64), default=None)
 @click.option("--window", type=click.IntRange(0), default=None)
 @_common
 def order(
     db: str,
-    now: int,
+    now: int | None,
     keyfile: str,
     job_path: str,
     max_price: int,
@@ -191,18 +247,18 @@ def order(
 ) -> dict[str, Any]:
     """Order the job in --job, escrowing --max-price."""
     policy = {n: v for n, v in (("k", k), ("window", window)) if v is not None}
-    return _signed(
-        db,
-        keyfile,
-        "order",
-        now,
-        job_id=_job(job_path).job_id.hex(),
-        max_price=max_price,
-        min_stake=min_stake,
-        deadline=now + deadline,
-        policy=policy,
-        tags=_tags(tag),
-    )
+    job_id = _job(job_path).job_id.hex()
+    with _open(db, now) as m:
+        req = _client(m, keyfile).request(
+            "order",
+            job_id=job_id,
+            max_price=max_price,
+            min_stake=min_stake,
+            deadline=m.now() + deadline,
+            policy=policy,
+            tags=_tags(tag),
+        )
+        return m.execute(req)
 
 
 @market.command(short_help="Place a bid (locks the stake)")
@@ -213,7 +269,13 @@ def order(
 @click.option("--tag", "tag", multiple=True, help="Offer KEY=VALUE (repeatable).")
 @_common
 def bid(
-    db: str, now: int, keyfile: str, price: int, capacity: int, stake: int, tag: tuple[str, ...]
+    db: str,
+    now: int | None,
+    keyfile: str,
+    price: int,
+    capacity: int,
+    stake: int,
+    tag: tuple[str, ...],
 ) -> dict[str, Any]:
     """Offer CAPACITY jobs at PRICE, staking STAKE per job."""
     return _signed(
@@ -225,7 +287,7 @@ def bid(
 @KEY
 @click.argument("order_id")
 @_common
-def match(db: str, now: int, keyfile: str, order_id: str) -> dict[str, Any]:
+def match(db: str, now: int | None, keyfile: str, order_id: str) -> dict[str, Any]:
     """Match your ORDER_ID with the best eligible bid."""
     return _signed(db, keyfile, "match", now, order_id=order_id)
 
@@ -233,10 +295,39 @@ def match(db: str, now: int, keyfile: str, order_id: str) -> dict[str, Any]:
 @market.command(short_help="Show an order (and why bids did not match) or the book")
 @click.argument("order_id", required=False)
 @_common
-def show(db: str, now: int, order_id: str | None) -> dict[str, Any]:
+def show(db: str, now: int | None, order_id: str | None) -> dict[str, Any]:
     """Show ORDER_ID with the reason each bid did not match, or the whole book."""
-    with _open(db) as m:
+    with _open(db, now) as m:
         return m.show(order_id) if order_id else m.book()
+
+
+@market.command(short_help="Free balance of an account")
+@click.option("--key", "keyfile", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--account", default=None, help="Public key (64 hex) instead of --key.")
+@_common
+def balance(db: str, now: int | None, keyfile: str | None, account: str | None) -> dict[str, Any]:
+    """Show the free balance of --account (or of the --key's account)."""
+    if (keyfile is None) == (account is None):
+        raise click.UsageError("give exactly one of --key and --account")
+    if account is None:
+        from dk.crypto.keys import load_signing_key
+
+        account = load_signing_key(keyfile).verify_key.hex()
+    with _open(db, now) as m:
+        return {"account": account, "balance": m.balance(account)}
+
+
+@market.command(short_help="Cancel your open order or bid (returns escrow or stake)")
+@KEY
+@click.argument("id_")
+@_common
+def cancel(db: str, now: int | None, keyfile: str, id_: str) -> dict[str, Any]:
+    """Cancel ID_: an order (o…) or a bid (b…) of yours that is still open."""
+    if id_.startswith("o"):
+        return _signed(db, keyfile, "cancel_order", now, order_id=id_)
+    if id_.startswith("b"):
+        return _signed(db, keyfile, "cancel_bid", now, bid_id=id_)
+    raise click.UsageError(f"{id_!r} is neither an order id (o…) nor a bid id (b…)")
 
 
 @market.command(short_help="Commit to a bundle for a matched order")
@@ -244,7 +335,7 @@ def show(db: str, now: int, order_id: str | None) -> dict[str, Any]:
 @click.argument("order_id")
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
 @_common
-def submit(db: str, now: int, keyfile: str, order_id: str, bundle: str) -> dict[str, Any]:
+def submit(db: str, now: int | None, keyfile: str, order_id: str, bundle: str) -> dict[str, Any]:
     """Submit BUNDLE's commitment for ORDER_ID."""
     from dk.market import bundle_commitment
 
@@ -256,16 +347,21 @@ def submit(db: str, now: int, keyfile: str, order_id: str, bundle: str) -> dict[
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
 @click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
 @_common
-def verify_cmd(db: str, now: int, order_id: str, bundle: str, job_path: str) -> dict[str, Any]:
-    """Verify BUNDLE for ORDER_ID with the ledger's beacon; reject and refund on failure."""
-    with _open(db) as m:
-        return m.verify_result(order_id, bundle, _job(job_path), now=now)
+def verify_cmd(
+    db: str, now: int | None, order_id: str, bundle: str, job_path: str
+) -> dict[str, Any]:
+    """Verify BUNDLE for ORDER_ID with the order's beacon (fixed by its drawn validators).
+
+    reject refunds the consumer and slashes the worker; inconclusive moves nothing.
+    """
+    with _open(db, now) as m:
+        return m.verify_result(order_id, bundle, _job(job_path))
 
 
 @market.command("bls-keygen", short_help="Create a validator BLS key")
 @click.argument("path", type=click.Path(dir_okay=False))
 @_common
-def bls_keygen(db: str, now: int, path: str) -> dict[str, Any]:
+def bls_keygen(db: str, now: int | None, path: str) -> dict[str, Any]:
     """Write a new BLS secret key to PATH (mode 0600)."""
     from dk.market import BlsKey
 
@@ -274,19 +370,54 @@ def bls_keygen(db: str, now: int, path: str) -> dict[str, Any]:
     return {"path": path, "bls_pk": key.pk.hex()}
 
 
-@market.command("register-validator", short_help="Register as a validator")
+@market.command("register-validator", short_help="Register as a validator (locks a stake)")
 @KEY
 @click.option("--bls-key", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--stake", type=click.IntRange(1), default=None, help="Default: the market's minimum."
+)
 @_common
-def register_validator(db: str, now: int, keyfile: str, bls_key: str) -> dict[str, Any]:
-    """Register the key's account with a BLS key and its proof of possession."""
-    from dk.crypto.keys import load_signing_key
-    from dk.market import BlsKey, Client
+def register_validator(
+    db: str, now: int | None, keyfile: str, bls_key: str, stake: int | None
+) -> dict[str, Any]:
+    """Register the key's account with a BLS key, its proof of possession and a stake."""
+    from dk.market import BlsKey
     from dk.market.validator import registration_request
 
-    with _open(db) as m:
-        client = Client(load_signing_key(keyfile), m.market_id)
-        return m.execute(registration_request(client, BlsKey.load(bls_key)), now=now)
+    with _open(db, now) as m:
+        amount = m.config.min_validator_stake if stake is None else stake
+        return m.execute(registration_request(_client(m, keyfile), BlsKey.load(bls_key), amount))
+
+
+@market.command("unregister-validator", short_help="Retire as a validator (returns the stake)")
+@KEY
+@_common
+def unregister_validator(db: str, now: int | None, keyfile: str) -> dict[str, Any]:
+    """Retire the key's account; refused while it is drawn for an unsettled order."""
+    return _signed(db, keyfile, "unregister_validator", now)
+
+
+@market.command(short_help="Post your beacon share for an order you were drawn for")
+@KEY
+@click.option("--bls-key", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.argument("order_id")
+@_common
+def share(db: str, now: int | None, keyfile: str, bls_key: str, order_id: str) -> dict[str, Any]:
+    """Sign ORDER_ID's recorded commitment with your registered BLS key."""
+    from dk.market import BlsKey
+    from dk.market.validator import share_request
+
+    with _open(db, now) as m:
+        return m.execute(share_request(m, _client(m, keyfile), BlsKey.load(bls_key), order_id))
+
+
+@market.command(short_help="Replace drawn validators that withheld their share")
+@click.argument("order_id")
+@_common
+def redraw(db: str, now: int | None, order_id: str) -> dict[str, Any]:
+    """After the share deadline: penalise the withholders of ORDER_ID and draw replacements."""
+    with _open(db, now) as m:
+        return m.redraw(order_id)
 
 
 @market.command(short_help="Verify a result yourself and attest it")
@@ -297,26 +428,31 @@ def register_validator(db: str, now: int, keyfile: str, bls_key: str) -> dict[st
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
 @_common
 def attest(
-    db: str, now: int, keyfile: str, bls_key: str, job_path: str, order_id: str, bundle: str
+    db: str,
+    now: int | None,
+    keyfile: str,
+    bls_key: str,
+    job_path: str,
+    order_id: str,
+    bundle: str,
 ) -> dict[str, Any]:
-    """Re-run the verifier on BUNDLE and sign an attestation for ORDER_ID."""
-    from dk.crypto.keys import load_signing_key
-    from dk.market import BlsKey, Client
+    """Re-run the verifier on BUNDLE and sign an attestation for ORDER_ID (accept only)."""
+    from dk.market import BlsKey
     from dk.market.validator import attestation_request
 
-    with _open(db) as m:
-        client = Client(load_signing_key(keyfile), m.market_id)
+    with _open(db, now) as m:
+        client = _client(m, keyfile)
         req = attestation_request(m, client, BlsKey.load(bls_key), order_id, bundle, _job(job_path))
-        return m.execute(req, now=now)
+        return m.execute(req)
 
 
 @market.command(short_help="Accept a verified result with k attestations")
 @click.argument("order_id")
 @_common
-def accept(db: str, now: int, order_id: str) -> dict[str, Any]:
-    """Aggregate the attestations of ORDER_ID and open its challenge window."""
-    with _open(db) as m:
-        return m.accept(order_id, now=now)
+def accept(db: str, now: int | None, order_id: str) -> dict[str, Any]:
+    """Aggregate the drawn validators' attestations of ORDER_ID and open its window."""
+    with _open(db, now) as m:
+        return m.accept(order_id)
 
 
 @market.command(short_help="Challenge an accepted result (posts a bond)")
@@ -333,7 +469,7 @@ def accept(db: str, now: int, order_id: str) -> dict[str, Any]:
 @_common
 def challenge(
     db: str,
-    now: int,
+    now: int | None,
     keyfile: str,
     order_id: str,
     bond: int,
@@ -358,30 +494,69 @@ def challenge(
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
 @click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
 @_common
-def resolve(db: str, now: int, challenge_id: str, bundle: str, job_path: str) -> dict[str, Any]:
-    """Replay the interval CHALLENGE_ID disputes from the committed BUNDLE."""
-    with _open(db) as m:
-        return m.resolve_challenge(challenge_id, bundle, _job(job_path), now=now)
+def resolve(
+    db: str, now: int | None, challenge_id: str, bundle: str, job_path: str
+) -> dict[str, Any]:
+    """Replay the interval CHALLENGE_ID disputes; an inconclusive replay leaves it open."""
+    with _open(db, now) as m:
+        return m.resolve_challenge(challenge_id, bundle, _job(job_path))
 
 
 @market.command(short_help="Release or refund an order")
 @click.argument("order_id")
 @_common
-def settle(db: str, now: int, order_id: str) -> dict[str, Any]:
+def settle(db: str, now: int | None, order_id: str) -> dict[str, Any]:
     """Release ORDER_ID to the worker after its window, or refund it on expiry/timeout."""
-    with _open(db) as m:
-        return m.settle(order_id, now=now)
+    with _open(db, now) as m:
+        return m.settle(order_id)
 
 
 @market.command(short_help="Re-check the chain, signatures and conservation")
 @click.option("--no-bls", is_flag=True, help="Skip the (slow) BLS re-checks.")
 @_common
-def audit(db: str, now: int, no_bls: bool) -> dict[str, Any]:
+def audit(db: str, now: int | None, no_bls: bool) -> dict[str, Any]:
     """Audit the whole ledger; exit 1 if anything is wrong."""
-    with _open(db) as m:
+    with _open(db, now) as m:
         report = m.audit(check_bls=not no_bls)
     if not report.ok:
         from dk.market import MarketRefused
 
         raise MarketRefused("AUDIT_FAILED", "; ".join(report.problems[:5]))
     return report.to_dict()
+
+
+@market.command(short_help="Serve the ledger over HTTP (the market as a service)")
+@click.option(
+    "--db",
+    envvar="DK_MARKET_DB",
+    default="market.db",
+    show_default=True,
+    help="Ledger file (SQLite) or postgresql://… URL.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where uploaded jobs and bundles are kept (default: <db>.d).",
+)
+@click.pass_obj
+def serve(app: App, db: str, host: str, port: int, state_dir: str | None) -> None:
+    """Run `dk market serve`: the ledger behind an HTTP/JSON API that owns the clock.
+
+    Parties use every other `dk market` command with --url (or DK_MARKET_URL).
+    """
+    from dk.market import MarketRefused
+    from dk.market.server import serve as run_server
+
+    try:
+        run_server(
+            db,
+            host=host,
+            port=port,
+            state_dir=state_dir,
+            ready=lambda p: app.info(f"dk market serve: listening on http://{host}:{p}"),
+        )
+    except MarketRefused as e:
+        app.abort(str(e), ExitCode.REJECTED)

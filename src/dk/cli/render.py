@@ -23,10 +23,13 @@ def report_summary(d: dict[str, Any]) -> list[str]:
     """Verdict, findings and key figures as lines of rich markup."""
     f = d["figures"]
     lines = []
-    if d["ok"]:
+    if d["verdict"] == "accept":
         lines.append("[bold green]ACCEPT[/]  the bundle replays as committed")
     else:
-        lines.append("[bold red]REJECT[/]")
+        if d["verdict"] == "inconclusive":
+            lines.append("[bold yellow]INCONCLUSIVE[/]  this verifier could not decide")
+        else:
+            lines.append("[bold red]REJECT[/]")
         for r in d["findings"]:
             where = f" (interval {r['interval']})" if "interval" in r else ""
             # Messages quote bundle contents (blob names...): never let them be markup.
@@ -37,6 +40,10 @@ def report_summary(d: dict[str, Any]) -> list[str]:
             f"({f.get('replayed_steps', 0)} steps replayed); detection probability "
             f"{f['detection_probability']:.4f} for a worker skipping {f['skipped_fraction']:.0%}"
         )
+    if d.get("challenged_root"):
+        lines.append(f"  challenged root {d['challenged_root']}")
+    if d.get("srs"):
+        lines.append(f"  SRS {d['srs']['kind']} sha256 {d['srs']['sha256']}")
     if "verify_wall_s" in f:
         lines.append(f"  {f.get('bytes_read', 0) / 1e6:.1f} MB read, {f['verify_wall_s']:.2f} s")
     for flag in d.get("flags", []):

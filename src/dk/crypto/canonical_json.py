@@ -1,8 +1,12 @@
-"""Canonical JSON (SPEC §1.3) and a strict, bounded JSON parser.
+"""Canonical JSON (SPEC §1.3): RFC 8785 (JCS), and a strict, bounded JSON parser.
 
-Canonical form: UTF-8, object keys sorted by their UTF-8 bytes, no insignificant whitespace,
-``ensure_ascii=False``, integers in plain decimal, floats finite and written as Python's
-shortest round-trip ``repr`` (for example ``0.05``, ``1e-08``), no NaN or infinities.
+Canonical form is the JSON Canonicalization Scheme of RFC 8785: UTF-8, no insignificant
+whitespace, object keys sorted by their UTF-16 code units, strings escaped as ECMAScript's
+``JSON.stringify`` does, floats written as ECMAScript's ``Number.prototype.toString``
+(``1e-8``, ``0.05``, ``1``, ``1e+21``; ``-0`` as ``0``), no NaN or infinities. Strings and
+floats are serialised by the ``rfc8785`` library (Trail of Bits). dk's one extension:
+integers (Python ``int``; in a document, a number written without fraction or exponent) are
+written in plain decimal up to ``|n| < 2**64``, where JCS stops at ``2**53`` (I-JSON).
 """
 
 from __future__ import annotations
@@ -11,9 +15,12 @@ import json
 import math
 from typing import Any
 
+import rfc8785
+
 from dk.errors import FormatError
 
 MAX_DEPTH = 32
+INT_LIMIT = 1 << 64  # integers in canonical JSON lie strictly between -INT_LIMIT and INT_LIMIT
 
 
 def _check_text(s: str) -> None:
@@ -41,19 +48,58 @@ def _check(value: Any, depth: int = 0) -> None:
             raise FormatError("JSON numbers must be finite")
     elif isinstance(value, str):
         _check_text(value)
-    elif value is None or isinstance(value, bool | int):
+    elif isinstance(value, bool) or value is None:
         return
+    elif isinstance(value, int):
+        if not -INT_LIMIT < value < INT_LIMIT:
+            raise FormatError("JSON integers must lie strictly between -2**64 and 2**64")
     else:
         raise FormatError(f"cannot encode {type(value).__name__} in canonical JSON")
 
 
+def _encode(value: Any, out: list[bytes]) -> None:
+    # ``value`` has passed _check: finite floats, str keys, valid Unicode, bounded depth.
+    if value is None:
+        out.append(b"null")
+    elif value is True:
+        out.append(b"true")
+    elif value is False:
+        out.append(b"false")
+    elif isinstance(value, int):
+        out.append(str(int(value)).encode("ascii"))
+    elif isinstance(value, float | str):
+        out.append(rfc8785.dumps(value))  # ES Number::toString / JSON.stringify (RFC 8785 §3.2.2)
+    elif isinstance(value, dict):
+        out.append(b"{")
+        # RFC 8785 §3.2.3: keys sorted by UTF-16 code units (big-endian bytes compare alike).
+        for i, k in enumerate(sorted(value, key=lambda k: k.encode("utf-16-be"))):
+            if i:
+                out.append(b",")
+            out.append(rfc8785.dumps(k))
+            out.append(b":")
+            _encode(value[k], out)
+        out.append(b"}")
+    else:
+        out.append(b"[")
+        for i, v in enumerate(value):
+            if i:
+                out.append(b",")
+            _encode(v, out)
+        out.append(b"]")
+
+
 def canonical_json(value: Any) -> bytes:
-    """Encode ``value`` as canonical JSON bytes (SPEC §1.3)."""
+    """Encode ``value`` as canonical JSON bytes: RFC 8785 with 64-bit integers (SPEC §1.3).
+
+    Raises:
+        FormatError: for a value canonical JSON cannot hold (NaN, infinities, non-string keys,
+            lone surrogates, integers outside ``(-2**64, 2**64)``, nesting deeper than 32,
+            other types).
+    """
     _check(value)
-    text = json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-    return text.encode("utf-8")
+    out: list[bytes] = []
+    _encode(value, out)
+    return b"".join(out)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -63,6 +109,13 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             raise FormatError(f"duplicate JSON key {k!r}")
         out[k] = v
     return out
+
+
+def _parse_int(text: str) -> int | float:
+    # SPEC §1.3: an integer token beyond the integer range is a binary64 number, as in JCS
+    # (ES writes doubles that are integers below 1e21 without fraction or exponent).
+    n = int(text) if len(text) <= 21 else INT_LIMIT
+    return n if -INT_LIMIT < n < INT_LIMIT else float(text)
 
 
 def _reject_constant(name: str) -> Any:
@@ -78,7 +131,12 @@ def parse_json(data: bytes, *, limit: int, what: str = "JSON document") -> Any:
     except UnicodeDecodeError:
         raise FormatError(f"{what} is not valid UTF-8") from None
     try:
-        value = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
+        value = json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_reject_constant,
+            parse_int=_parse_int,
+        )
     except FormatError:
         raise
     except (ValueError, RecursionError) as e:

@@ -73,12 +73,13 @@ def digests_equal(a: bytes, b: bytes) -> bool:
     return hmac.compare_digest(bytes(a), bytes(b))
 
 
-def parse_hex_digest(value: object, *, what: str = "digest") -> bytes:
-    """Parse a 64-character lowercase hex string into 32 bytes, or raise ``FormatError``."""
+def parse_hex_digest(value: object, *, what: str = "digest", nbytes: int = DIGEST_SIZE) -> bytes:
+    """Parse a ``2 * nbytes``-character lowercase hex string (default: a 32-byte digest) into
+    bytes, or raise ``FormatError``. The one hex check of dk."""
     from dk.errors import FormatError
 
-    if not isinstance(value, str) or len(value) != 2 * DIGEST_SIZE:
-        raise FormatError(f"{what} must be a {2 * DIGEST_SIZE}-character hex string")
+    if not isinstance(value, str) or len(value) != 2 * nbytes:
+        raise FormatError(f"{what} must be a {2 * nbytes}-character hex string")
     try:
         raw = bytes.fromhex(value)
     except ValueError:

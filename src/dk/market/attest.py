@@ -20,6 +20,15 @@ from typing import Any
 from dk.crypto.hashing import tagged_hash, u64
 from dk.errors import FormatError
 from dk.market import fields
+from dk.market.accounts import acct
+from dk.market.beacon import (
+    TERMINAL,
+    maybe_fix_beacon,
+    members,
+    order_share_message,
+    return_stake,
+    vstake,
+)
 from dk.market.config import Context
 from dk.market.errors import MarketRefused
 from dk.market.ledger import Tx
@@ -147,42 +156,127 @@ def _hex(params: dict[str, Any], name: str, size: int) -> bytes:
 
 
 def register_validator(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
-    """Register the signer as a validator with a BLS key and its proof of possession.
+    """Register the signer as a validator: a BLS key, its proof of possession and a stake.
+
+    ``stake`` (at least ``min_validator_stake``) moves to ``vstake:<account>``. A retired or
+    slashed validator may register again (with a fresh stake).
 
     Raises:
-        MarketRefused: ``ALREADY_REGISTERED``, ``BAD_POP``.
+        MarketRefused: ``ALREADY_REGISTERED``, ``STAKE_TOO_SMALL``, ``BAD_POP``,
+            ``INSUFFICIENT_FUNDS``.
     """
-    fields.only(req.params, {"bls_pk", "pop"})
+    fields.only(req.params, {"bls_pk", "pop", "stake"})
     pk, pop = _hex(req.params, "bls_pk", PK_SIZE), _hex(req.params, "pop", SIG_SIZE)
-    if tx.one("SELECT 1 FROM validators WHERE account = ?", (req.account,)):
+    amount = fields.amount(req.params, "stake")
+    row = tx.one("SELECT state FROM validators WHERE account = ?", (req.account,))
+    if row is not None and row["state"] == "active":
         raise MarketRefused("ALREADY_REGISTERED", "this account is already a validator")
-    if tx.one("SELECT 1 FROM validators WHERE bls_pk = ?", (pk.hex(),)):
+    if tx.one(
+        "SELECT 1 FROM validators WHERE bls_pk = ? AND account != ?", (pk.hex(), req.account)
+    ):
         raise MarketRefused("ALREADY_REGISTERED", "this BLS key is already registered")
+    if amount < ctx.config.min_validator_stake:
+        raise MarketRefused(
+            "STAKE_TOO_SMALL", f"a validator stakes at least {ctx.config.min_validator_stake}"
+        )
     if not ctx.bls.pop_verify(pk, pop):
         raise MarketRefused("BAD_POP", "the proof of possession does not verify")
     tx.exec(
-        "INSERT INTO validators(account, bls_pk, pop, registered) VALUES(?, ?, ?, ?)",
-        (req.account, pk.hex(), pop.hex(), now),
+        "INSERT OR REPLACE INTO validators(account, bls_pk, pop, registered, state)"
+        " VALUES(?, ?, ?, ?, 'active')",
+        (req.account, pk.hex(), pop.hex(), tx.seq),
     )
-    tx.data = {"validator": req.account, "bls_pk": pk.hex()}
+    tx.move(acct(req.account), vstake(req.account), amount)
+    tx.data = {"validator": req.account, "bls_pk": pk.hex(), "stake": amount}
+
+
+def busy_orders(tx: Tx, account: str) -> list[str]:
+    """Orders not yet settled whose drawn validator set contains ``account``."""
+    marks = ",".join("?" * len(TERMINAL))
+    rows = tx.all(
+        f"SELECT order_id, validators FROM orders WHERE state NOT IN ({marks})"
+        " AND validators LIKE ?",
+        (*TERMINAL, f"%{account}%"),
+    )
+    return [r["order_id"] for r in rows if account in members(r)]
+
+
+def unregister_validator(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
+    """Retire the signer as a validator and return its whole stake.
+
+    Refused while the account is in the drawn set of an order not yet settled (its stake
+    answers for its shares and attestations until then).
+
+    Raises:
+        MarketRefused: ``NOT_VALIDATOR``, ``VALIDATOR_BUSY``.
+    """
+    fields.only(req.params, set())
+    if not tx.one(
+        "SELECT 1 FROM validators WHERE account = ? AND state = 'active'", (req.account,)
+    ):
+        raise MarketRefused("NOT_VALIDATOR", "the signer is not an active validator")
+    busy = busy_orders(tx, req.account)
+    if busy:
+        raise MarketRefused("VALIDATOR_BUSY", f"drawn for unsettled orders {busy[:5]}")
+    tx.exec("UPDATE validators SET state = 'retired' WHERE account = ?", (req.account,))
+    tx.data = {"validator": req.account, "returned": return_stake(tx, req.account)}
+
+
+def _drawn_validator(tx: Tx, account: str, order: Any) -> str:
+    row = tx.one("SELECT bls_pk, state FROM validators WHERE account = ?", (account,))
+    if row is None or row["state"] != "active":
+        raise MarketRefused("NOT_VALIDATOR", "the signer is not an active validator")
+    if account not in members(order):
+        raise MarketRefused("NOT_DRAWN", f"the signer was not drawn for {order['order_id']}")
+    return str(row["bls_pk"])
+
+
+def beacon_share(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
+    """Record a drawn validator's beacon share for a submitted order (spec §5.1).
+
+    The share is a BLS signature checked against the validator's registered key. The share
+    that completes the set fixes the beacon in the same event.
+
+    Raises:
+        MarketRefused: ``NOT_VALIDATOR``, ``UNKNOWN_ORDER``, ``BAD_STATE``, ``NOT_DRAWN``,
+            ``ALREADY_SHARED``, ``BAD_SHARE``.
+    """
+    fields.only(req.params, {"order_id", "signature"})
+    order_id = fields.object_id(req.params, "order_id", "o")
+    sig = _hex(req.params, "signature", SIG_SIZE)
+    order = load_order(tx, order_id, state="submitted")
+    pk = _drawn_validator(tx, req.account, order)
+    if order["beacon"]:
+        raise MarketRefused("BAD_STATE", f"the beacon of {order_id} is already fixed")
+    if tx.one(
+        "SELECT 1 FROM beacon_shares WHERE order_id = ? AND validator = ?", (order_id, req.account)
+    ):
+        raise MarketRefused("ALREADY_SHARED", f"already shared for {order_id}")
+    if not ctx.bls.verify(bytes.fromhex(pk), order_share_message(ctx.market_id, order), sig):
+        raise MarketRefused("BAD_SHARE", "the share does not verify for the registered key")
+    tx.exec(
+        "INSERT INTO beacon_shares(order_id, validator, signature, seq) VALUES(?, ?, ?, ?)",
+        (order_id, req.account, sig.hex(), tx.seq),
+    )
+    tx.data = {"order_id": order_id, "validator": req.account}
+    maybe_fix_beacon(ctx, tx, order, members(order))
 
 
 def attest(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
-    """Record a registered validator's BLS signature over a verified order's report.
+    """Record a drawn validator's BLS signature over a verified order's report.
 
     The signature itself is checked at acceptance, in one aggregate pairing check.
 
     Raises:
-        MarketRefused: ``NOT_VALIDATOR``, ``UNKNOWN_ORDER``, ``BAD_STATE``, ``DIGEST_MISMATCH``,
-            ``ALREADY_ATTESTED``.
+        MarketRefused: ``NOT_VALIDATOR``, ``NOT_DRAWN``, ``UNKNOWN_ORDER``, ``BAD_STATE``,
+            ``DIGEST_MISMATCH``, ``ALREADY_ATTESTED``.
     """
     fields.only(req.params, {"order_id", "report_digest", "signature"})
     order_id = fields.object_id(req.params, "order_id", "o")
     digest = fields.digest_hex(req.params, "report_digest")
     sig = _hex(req.params, "signature", SIG_SIZE)
-    if not tx.one("SELECT 1 FROM validators WHERE account = ?", (req.account,)):
-        raise MarketRefused("NOT_VALIDATOR", "the signer is not a registered validator")
     order = load_order(tx, order_id, state="verified")
+    _drawn_validator(tx, req.account, order)
     if digest != order["report_digest"]:
         raise MarketRefused("DIGEST_MISMATCH", "the validator's report differs from the market's")
     if tx.one(

@@ -1,25 +1,34 @@
 """``dk market audit``: re-check the event chain, every signature and conservation (spec §8).
 
 The audit trusts nothing but the event log. It recomputes every event hash, re-verifies every
-signed request (and, with ``check_bls``, every proof of possession and aggregate attestation),
+signed request (and, with ``check_bls``, every proof of possession, beacon share and aggregate
+attestation), re-draws every order's validator set, recomputes every beacon from its shares,
 refolds every money move from zero and compares the result with the ``holdings`` table, and
 checks::
 
-    sum(accounts) + sum(escrow) + sum(stakes) + sum(bonds) = deposits - withdrawals
+    sum(accounts) + sum(escrow) + sum(stakes) + sum(bonds) + sum(vstakes) + treasury
+        = deposits - withdrawals
+
+Problems about the validator rules start with a reason code (``DRAW_MISMATCH``,
+``BEACON_MISMATCH``, ``BAD_SHARE``, ``NOT_DRAWN``, ``STAKE_TOO_SMALL``, ``VALIDATOR_BUSY``,
+``STAKE_MOVED``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dk.errors import FormatError
 from dk.market.attest import attestation_message
+from dk.market.beacon import TREASURY, beacon_from, draw, draw_seed, share_message, vstake
+from dk.market.config import MarketConfig
 from dk.market.ledger import WORLD, ZERO_HASH, Ledger, chain_problem
 from dk.market.requests import ACTIONS, parse_request
 
-SYSTEM_KINDS = frozenset({"init", "verify", "accept", "resolve", "settle"})
+SYSTEM_KINDS = frozenset({"init", "verify", "accept", "resolve", "settle", "redraw"})
 MAX_PROBLEMS = 100
 _CHAIN_TEXT = {
     "SEQ_GAP": "sequence gap",
@@ -52,9 +61,14 @@ class _Auditor:
         self.totals = {"deposits": 0, "withdrawals": 0}
         self.nonces: set[tuple[str, int]] = set()
         self.validators: dict[str, bytes] = {}
+        self.vstate: dict[str, str] = {}
         self.k: dict[str, int] = {}
+        self.orders: dict[str, dict[str, Any]] = {}
         self.closed: set[str] = set()
         self.market_id = ZERO_HASH
+        self.config = MarketConfig()
+        self.prev_head = ZERO_HASH
+        self.envelope: Any = None
 
     def bad(self, seq: int, msg: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
@@ -96,6 +110,12 @@ class _Auditor:
             src, dst, amount = m
             if src.startswith("acct:") and src != f"acct:{signer}":
                 self.bad(seq, f"{kind} moved funds of {src[:21]} without its signature")
+            if src == TREASURY or (
+                src.startswith("vstake:")
+                and signer is not None
+                and (kind != "unregister_validator" or src != vstake(signer))
+            ):
+                self.bad(seq, f"STAKE_MOVED: {kind} moved money out of {src[:23]}")
             if (src == WORLD) != (kind == "deposit") or (dst == WORLD) != (kind == "withdraw"):
                 self.bad(seq, f"{kind} moved money across the market boundary")
             self.held[src] -= amount
@@ -111,16 +131,109 @@ class _Auditor:
         oid = data.get("order_id")
         if kind == "order":
             self.k[oid] = int(data["policy"]["k"])
+            self.orders[oid] = {"consumer": signer, "n": int(data["policy"]["n"])}
         elif kind == "register_validator" and signer is not None:
-            self.validators[signer] = bytes.fromhex(data["bls_pk"])
+            self.register(seq, signer, data)
+        elif kind == "unregister_validator" and signer is not None:
+            busy = [
+                o
+                for o, x in self.orders.items()
+                if o not in self.closed and signer in x.get("set", [])
+            ]
+            if busy:
+                self.bad(seq, f"VALIDATOR_BUSY: {signer[:16]} retired while drawn for {busy[:3]}")
+            self.vstate[signer] = "retired"
+        elif kind == "match":
+            self.check_draw(seq, oid, data)
+        elif kind == "submit":
+            o = self.orders[oid]
+            o["commitment"] = (data["transcript_root"], data["manifest_digest"])
+        elif kind == "beacon_share" and signer is not None:
+            self.check_share(seq, oid, signer)
+        elif kind == "redraw":
+            self.check_redraw(seq, oid, data)
+        elif kind == "verify":
+            if data["beacon"] != self.orders[oid].get("beacon"):
+                self.bad(seq, f"BEACON_MISMATCH: {oid} verified with a beacon never fixed")
         elif kind == "accept":
             self.check_accept(seq, data)
+        elif kind == "resolve":
+            for v in data.get("slashed_validators", {}):
+                self.vstate[v] = "slashed"
+        if "beacon" in data and kind in ("beacon_share", "redraw"):
+            self.check_beacon(seq, oid, data)
         if "outcome" in data:
             if oid in self.closed:
                 self.bad(seq, f"{oid} settled twice")
             self.closed.add(oid)
         elif oid in self.closed:
             self.bad(seq, f"{kind} touches {oid} after its settlement")
+
+    def register(self, seq: int, signer: str, data: dict[str, Any]) -> None:
+        if self.vstate.get(signer) == "active":
+            self.bad(seq, f"{signer[:16]} registered twice")
+        if int(data["stake"]) < self.config.min_validator_stake:
+            self.bad(seq, f"STAKE_TOO_SMALL: {signer[:16]} staked {data['stake']}")
+        self.validators[signer] = bytes.fromhex(data["bls_pk"])
+        self.vstate[signer] = "active"
+
+    def eligible(self, exclude: set[str]) -> list[str]:
+        return [
+            a
+            for a, st in self.vstate.items()
+            if st == "active"
+            and a not in exclude
+            and self.held[vstake(a)] >= self.config.min_validator_stake
+        ]
+
+    def check_draw(self, seq: int, oid: str, data: dict[str, Any]) -> None:
+        o = self.orders[oid]
+        o.update(worker=data["worker"], round=0, excluded=[], shares={})
+        entropy = bytes.fromhex(self.envelope["signature"])
+        seed = draw_seed(self.market_id, self.prev_head, oid, 0, entropy)
+        want = draw(seed, self.eligible({o["consumer"], data["worker"]}), o["n"])
+        if len(want) < o["n"] or data["validators"] != want:
+            self.bad(seq, f"DRAW_MISMATCH: the validators of {oid} are not the market's draw")
+        o["set"] = list(data["validators"])
+
+    def check_share(self, seq: int, oid: str, signer: str) -> None:
+        o = self.orders[oid]
+        if signer not in o.get("set", []) or signer in o["shares"]:
+            self.bad(seq, f"NOT_DRAWN: {signer[:16]} shared for {oid} outside its drawn set")
+            return
+        sig = bytes.fromhex(self.envelope["body"]["params"]["signature"])
+        o["shares"][signer] = sig
+        if self.check_bls:
+            root, digest = o["commitment"]
+            msg = share_message(self.market_id, oid, bytes.fromhex(root), bytes.fromhex(digest))
+            if not self.bls.verify(self.validators[signer], msg, sig):
+                self.bad(seq, f"BAD_SHARE: the beacon share of {signer[:16]} does not verify")
+
+    def check_redraw(self, seq: int, oid: str, data: dict[str, Any]) -> None:
+        o = self.orders[oid]
+        withheld = [v for v in o["set"] if v not in o["shares"]]
+        o["round"] += 1
+        o["excluded"] += withheld
+        outside = {o["consumer"], o["worker"], *o["set"], *o["excluded"]}
+        seed = draw_seed(self.market_id, self.prev_head, oid, o["round"], b"")
+        fresh = iter(draw(seed, self.eligible(outside), len(withheld)))
+        want = [v if v in o["shares"] else next(fresh, None) for v in o["set"]]
+        want = [v for v in want if v is not None]
+        if data["withheld"] != withheld or data["validators"] != want:
+            self.bad(seq, f"DRAW_MISMATCH: the redraw of {oid} is not the market's draw")
+        o["set"] = list(data["validators"])
+
+    def check_beacon(self, seq: int, oid: str, data: dict[str, Any]) -> None:
+        o = self.orders[oid]
+        if data["set"] != o["set"] or any(v not in o["shares"] for v in o["set"]):
+            self.bad(seq, f"BEACON_MISMATCH: the beacon of {oid} lacks shares of its set")
+        elif self.check_bls:
+            aggregate = self.bls.aggregate([o["shares"][v] for v in o["set"]])
+            if aggregate.hex() != data["aggregate"]:
+                self.bad(seq, f"BEACON_MISMATCH: the aggregate of {oid} is not its shares'")
+        if beacon_from(bytes.fromhex(data["aggregate"])).hex() != data["beacon"]:
+            self.bad(seq, f"BEACON_MISMATCH: the beacon of {oid} is not H(aggregate)")
+        o["beacon"] = data["beacon"]
 
     def check_accept(self, seq: int, data: dict[str, Any]) -> None:
         oid, signers = data["order_id"], data["signers"]
@@ -130,6 +243,9 @@ class _Auditor:
         if any(s not in self.validators for s in signers):
             self.bad(seq, f"{oid} attested by an unregistered validator")
             return
+        if any(s not in self.orders.get(oid, {}).get("set", []) for s in signers):
+            self.bad(seq, f"NOT_DRAWN: {oid} accepted with a validator that was not drawn")
+            return
         if self.check_bls:
             msg = attestation_message(self.market_id, oid, bytes.fromhex(data["report_digest"]))
             pks = [self.validators[s] for s in signers]
@@ -138,13 +254,35 @@ class _Auditor:
 
 
 def audit(ledger: Ledger, *, bls: Any = None, check_bls: bool = True) -> AuditReport:
-    """Audit the whole ledger from its event log.
+    """Audit the whole ledger from its event log and compare with its ``holdings`` table.
 
     Args:
         ledger: the open ledger.
         bls: the BLS backend (default :class:`dk.market.attest.PyEccBls`).
-        check_bls: re-verify proofs of possession and aggregate attestations (slow in pure
-            Python: about one second per validator and per accepted order).
+        check_bls: re-verify proofs of possession, beacon shares and aggregates (slow in pure
+            Python: about one second per validator, per share and per accepted order).
+
+    Returns:
+        The :class:`AuditReport`.
+    """
+    table = {h: int(v) for h, v in ledger.con.execute("SELECT holder, amount FROM holdings")}
+    return audit_events(ledger.events(), table, bls=bls, check_bls=check_bls)
+
+
+def audit_events(
+    events: Iterable[tuple[int, bytes, bytes, Any]],
+    table: dict[str, int] | None,
+    *,
+    bls: Any = None,
+    check_bls: bool = True,
+) -> AuditReport:
+    """Audit a sequence of ``(seq, prev_hash, hash, body)`` events (spec §8).
+
+    Args:
+        events: the event log in order.
+        table: the holdings the ledger claims (None: compare with nothing).
+        bls: the BLS backend (default :class:`dk.market.attest.PyEccBls`).
+        check_bls: re-verify proofs of possession, beacon shares and aggregates.
 
     Returns:
         The :class:`AuditReport`.
@@ -155,9 +293,9 @@ def audit(ledger: Ledger, *, bls: Any = None, check_bls: bool = True) -> AuditRe
         bls = PyEccBls()
     a = _Auditor(bls, check_bls)
     prev, count = ZERO_HASH, 0
-    for seq, prev_hash, digest, body in ledger.events():
+    for seq, prev_hash, digest, body in events:
         problem = chain_problem(count, prev, prev_hash, digest, body)
-        count, prev = seq + 1, digest
+        count, a.prev_head, prev = seq + 1, prev, digest
         if problem is not None:
             a.bad(seq, f"{_CHAIN_TEXT[problem]} ({problem})")
             if problem == "MALFORMED_EVENT":
@@ -167,8 +305,13 @@ def audit(ledger: Ledger, *, bls: Any = None, check_bls: bool = True) -> AuditRe
             a.market_id = digest
             if kind != "init" or body["moves"] or body["request"] is not None:
                 a.bad(0, "genesis must be an init event without moves or request")
+            try:
+                a.config = MarketConfig.from_dict(body["data"]["config"])
+            except (FormatError, KeyError, TypeError) as e:
+                a.bad(0, f"genesis config is malformed: {e}")
             continue
         signer = a.signer(seq, kind, body)
+        a.envelope = body["request"]
         a.money(seq, kind, signer, body["moves"])
         try:
             if kind == "register_validator" and signer is not None and check_bls:
@@ -176,11 +319,10 @@ def audit(ledger: Ledger, *, bls: Any = None, check_bls: bool = True) -> AuditRe
                 if not bls.pop_verify(bytes.fromhex(p["bls_pk"]), bytes.fromhex(p["pop"])):
                     a.bad(seq, "validator proof of possession does not verify")
             a.effects(seq, kind, signer, body["data"])
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             a.bad(seq, f"event data is malformed: {e!r}")
-    table = {h: int(v) for h, v in ledger.con.execute("SELECT holder, amount FROM holdings")}
     folded = {h: v for h, v in a.held.items() if v}
-    if {h: v for h, v in table.items() if v} != folded:
+    if table is not None and {h: v for h, v in table.items() if v} != folded:
         diff = sorted(set(table) ^ set(folded) | {h for h in folded if table.get(h) != folded[h]})
         a.problems.append(f"holdings table differs from the event log at {diff[:5]}")
     inside = sum(v for h, v in folded.items() if h != WORLD)
@@ -191,8 +333,9 @@ def audit(ledger: Ledger, *, bls: Any = None, check_bls: bool = True) -> AuditRe
         if folded.get(f"escrow:{oid}") or folded.get(f"stake:{oid}"):
             a.problems.append(f"{oid} is settled but still holds escrow or stake")
     totals = {**a.totals, "held": inside}
-    for prefix in ("acct", "escrow", "stake", "bond"):
+    for prefix in ("acct", "escrow", "stake", "bond", "vstake"):
         totals[prefix] = sum(v for h, v in folded.items() if h.startswith(prefix + ":"))
+    totals[TREASURY] = folded.get(TREASURY, 0)
     return AuditReport(
         ok=not a.problems, events=count, head=prev.hex(), totals=totals, problems=a.problems
     )

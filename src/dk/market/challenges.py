@@ -4,9 +4,11 @@ A challenger posts a bond and names either an interval index or its own list of 
 roots (a counter-transcript). With a counter-transcript, bisection finds an interval whose
 start both transcripts agree on and whose end they do not; that interval is replayed from the
 worker's bundle. If the replay fails, the challenge is *upheld*: the challenger gets its bond
-back plus the worker's slashed stake, the consumer gets the escrow back, and other open
-challenges of the order are voided (bonds returned). Otherwise the challenge *fails* and the
-bond goes to the worker.
+back plus the worker's slashed stake and the whole stake of every validator who attested the
+wrong result, the consumer gets the escrow back, and other open challenges of the order are
+voided (bonds returned). If the replay accepts, the challenge *fails* and the bond goes to the
+worker. If the replay is *inconclusive* (the replaying verifier could not decide), the event is
+recorded, nothing moves and the challenge stays open for another resolution.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from dk.errors import FormatError
 from dk.market import fields
 from dk.market.accounts import acct
+from dk.market.beacon import vstake
 from dk.market.config import Context
 from dk.market.errors import MarketRefused
 from dk.market.ledger import Tx
@@ -131,9 +134,12 @@ def disputed_interval(challenge: Any, manifest: dict[str, Any]) -> int | None:
 
 
 def record_resolution(
-    tx: Tx, challenge_id: str, interval: int | None, replay_ok: bool, now: int
+    tx: Tx, challenge_id: str, interval: int | None, verdict: str, now: int
 ) -> None:
-    """Apply a challenge's outcome (upheld when the replay of ``interval`` failed).
+    """Apply a challenge's outcome from the replay ``verdict`` of ``interval``.
+
+    Upheld when the replay rejects; failed when it accepts or no valid interval is named;
+    left open (nothing moves) when it is ``inconclusive``.
 
     Raises:
         MarketRefused: ``UNKNOWN_CHALLENGE``, ``BAD_STATE``.
@@ -144,13 +150,18 @@ def record_resolution(
     if ch["state"] != "open":
         raise MarketRefused("BAD_STATE", f"{challenge_id} is already {ch['state']}")
     order = tx.one("SELECT * FROM orders WHERE order_id = ?", (ch["order_id"],))
-    upheld = interval is not None and not replay_ok
+    if interval is None:
+        verdict = "accept"  # nothing to replay: the challenge names no disputed interval
+    upheld = verdict == "reject"
     tx.data = {
         "challenge_id": challenge_id,
         "order_id": ch["order_id"],
         "interval": interval,
+        "verdict": verdict,
         "upheld": upheld,
     }
+    if verdict == "inconclusive":
+        return
     if not upheld:
         tx.exec("UPDATE challenges SET state = 'failed' WHERE challenge_id = ?", (challenge_id,))
         tx.move(bond(challenge_id), acct(order["worker"]), ch["bond"])
@@ -163,6 +174,14 @@ def record_resolution(
     tx.data["outcome"] = "slashed"
     tx.move(bond(challenge_id), acct(ch["challenger"]), ch["bond"])
     pay_out(tx, order, escrow_to=order["consumer"], stake_to=ch["challenger"])
+    slashed = {}
+    for v in json.loads(order["attesters"] or "[]"):
+        held = tx.amount(vstake(v))
+        if held:
+            tx.move(vstake(v), acct(ch["challenger"]), held)
+        slashed[v] = held
+        tx.exec("UPDATE validators SET state = 'slashed' WHERE account = ?", (v,))
+    tx.data["slashed_validators"] = slashed
     for other in tx.all(
         "SELECT * FROM challenges WHERE order_id = ? AND state = 'open'", (order["order_id"],)
     ):

@@ -12,7 +12,7 @@ from dk.market.config import MarketConfig
 from dk.market.market import Market
 from dk.market.requests import Client
 from dk.market.results import bundle_commitment
-from dk.market.validator import attestation_request, registration_request
+from dk.market.validator import attestation_request, registration_request, share_request
 
 
 def _find_worker_key(bundle_dir: Path, workdir: Path) -> SigningKey | None:
@@ -30,7 +30,8 @@ def run_demo(
     *,
     worker_key: SigningKey | str | Path | None = None,
 ) -> bool:
-    """Run one job through a fresh market: order, bid, match, submit, verify, attest, release.
+    """Run one job through a fresh market: validators stake, order, bid, match (draws the
+    validators), submit, beacon shares, verify, attest, release, audit.
 
     Args:
         bundle_dir: a bundle proved for ``job_path``.
@@ -56,15 +57,28 @@ def run_demo(
     job = load_job(job_path)
     db = workdir / "market.db"
     db.unlink(missing_ok=True)
-    t = 1_700_000_000  # injected time: the challenge window passes without sleeping
-    m = Market.create(db, now=t, config=MarketConfig(k=2, window=3600))
-    say(f"market: new ledger {db} (market id {m.market_id.hex()[:16]}…), k = 2 of 3 validators")
-    names = ("consumer", "worker", "val-1", "val-2", "val-3")
+    clock = _DemoClock(1_700_000_000)
+    # a test-clock ledger, so the challenge window passes without sleeping; a production
+    # ledger (clock = "system") keeps its own time and refuses any injected one
+    m = Market.create(db, config=MarketConfig(k=2, n=3, window=3600, clock="test"), clock=clock)
+    t = clock.t
+    say(
+        f"market: new ledger {db} (market id {m.market_id.hex()[:16]}…), "
+        "3 validators drawn per order, k = 2 attestations"
+    )
+    names = ("consumer", "worker", "val-1", "val-2", "val-3", "val-4")
     c = {n: Client(SigningKey.generate(), m.market_id) for n in names}
     c["worker"] = Client(worker_key, m.market_id)
     for n in names:
-        m.execute(c[n].request("deposit", amount=1_000), now=t)
-    say("market: 5 accounts deposit 1000 each (Ed25519-signed requests with nonces)")
+        m.execute(c[n].request("deposit", amount=1_000))
+    say(f"market: {len(names)} accounts deposit 1000 each (Ed25519-signed requests with nonces)")
+    bls = {n: BlsKey.generate() for n in names if n.startswith("val-")}
+    for n, key in bls.items():
+        m.execute(registration_request(c[n], key, m.config.min_validator_stake))
+    say(
+        f"market: {len(bls)} validators register a BLS key and lock a stake of "
+        f"{m.config.min_validator_stake} each"
+    )
     oid = m.execute(
         c["consumer"].request(
             "order",
@@ -73,45 +87,46 @@ def run_demo(
             min_stake=50,
             deadline=t + 86_400,
             tags={"hw": "cpu"},
-        ),
-        now=t,
+        )
     )["order_id"]
     say(f"market: consumer orders job {job.job_id.hex()[:16]}… as {oid}, 120 locked in escrow")
-    m.execute(
-        c["worker"].request("bid", price=100, capacity=1, stake=50, tags={"hw": "cpu"}), now=t
-    )
-    m.execute(c["val-1"].request("bid", price=90, capacity=1, stake=10, tags={"hw": "cpu"}), now=t)
-    matched = m.execute(c["consumer"].request("match", order_id=oid), now=t)
+    m.execute(c["worker"].request("bid", price=100, capacity=1, stake=50, tags={"hw": "cpu"}))
+    m.execute(c["consumer"].request("bid", price=90, capacity=1, stake=10, tags={"hw": "cpu"}))
+    matched = m.execute(c["consumer"].request("match", order_id=oid))
     say(f"market: matched {oid} with {matched['bid_id']} at price {matched['price']}")
     for b in m.show(oid)["bids"]:
         if b["status"] != "matched":
             why = "; ".join(b["reasons"])
             say(f"market:   {b['bid_id']} (price {b['price']}) not matched: {why}")
-    m.execute(
-        c["worker"].request("submit", order_id=oid, **bundle_commitment(bundle_dir)), now=t + 60
-    )
-    say("market: worker submits the bundle commitment; the beacon is the ledger head after it")
-    t0 = time.perf_counter()
-    out = m.verify_result(oid, bundle_dir, job, now=t + 61)
+    who = {c[n].account: n for n in names}
+    drawn = [who[v] for v in matched["validators"]]
+    say(f"market: validators drawn for {oid} by the market: {', '.join(drawn)}")
+    clock.t = t + 60
+    m.execute(c["worker"].request("submit", order_id=oid, **bundle_commitment(bundle_dir)))
+    for n in drawn:
+        out = m.execute(share_request(m, c[n], bls[n], oid))
     say(
-        f"market: market's verify_bundle: {'accept' if out['ok'] else 'reject'} "
-        f"({time.perf_counter() - t0:.1f} s)"
+        f"market: worker commits; each drawn validator signs the commitment; beacon = "
+        f"H(aggregate BLS) = {out['beacon'][:16]}… (no input of the worker's can change it)"
     )
-    if not out["ok"]:
-        say(f"market: result rejected ({', '.join(out['reasons'])}); escrow refunded")
+    t0 = time.perf_counter()
+    clock.t = t + 61
+    out = m.verify_result(oid, bundle_dir, job)
+    say(f"market: market's verify_bundle: {out['verdict']} ({time.perf_counter() - t0:.1f} s)")
+    if out["verdict"] != "accept":
+        say(f"market: result {out['verdict']} ({', '.join(out['reasons'])})")
         m.close()
         return False
-    for n in ("val-1", "val-2", "val-3"):
-        bls = BlsKey.generate()
-        m.execute(registration_request(c[n], bls), now=t + 62)
-        if n != "val-3":  # two of three attest; k = 2 suffices
-            m.execute(attestation_request(m, c[n], bls, oid, bundle_dir, job), now=t + 63)
-    acc = m.accept(oid, now=t + 64)
+    for n in drawn[:2]:  # two of the three drawn attest; k = 2 suffices
+        m.execute(attestation_request(m, c[n], bls[n], oid, bundle_dir, job))
+    clock.t = t + 64
+    acc = m.accept(oid)
     say(
         f"market: {len(acc['signers'])} BLS attestations aggregated and verified in one check; "
         f"challenge window until t+{acc['window_end'] - t}"
     )
-    settled = m.settle(oid, now=acc["window_end"])
+    clock.t = acc["window_end"]
+    settled = m.settle(oid)
     say(
         f"market: window passed with no challenge: {settled['outcome']}; worker balance "
         f"{m.balance(c['worker'].account)}, consumer {m.balance(c['consumer'].account)}"
@@ -119,8 +134,17 @@ def run_demo(
     report = m.audit()
     say(
         f"market: audit {'clean' if report.ok else 'FAILED'}: {report.events} events, "
-        f"chain head {report.head[:16]}…, held {report.totals['held']} = deposits "
-        f"{report.totals['deposits']} - withdrawals {report.totals['withdrawals']}"
+        f"chain head {report.head[:16]}…, draws and beacon recomputed, held "
+        f"{report.totals['held']} = deposits {report.totals['deposits']} - withdrawals "
+        f"{report.totals['withdrawals']}"
     )
     m.close()
     return settled["outcome"] == "released" and report.ok
+
+
+class _DemoClock:
+    def __init__(self, t: int) -> None:
+        self.t = t
+
+    def __call__(self) -> int:
+        return self.t

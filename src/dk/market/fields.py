@@ -88,9 +88,11 @@ def tags(params: dict[str, Any], name: str = "tags") -> dict[str, str]:
 
 
 def policy(params: dict[str, Any], defaults: dict[str, int]) -> dict[str, int]:
-    """The verification policy: ``samples``, ``topq``, ``k`` (attestations), ``window`` (s).
+    """The verification policy: ``samples``, ``topq``, ``k`` (attestations), ``n`` (validators
+    drawn, ``k <= n``), ``window`` (s).
 
-    Missing entries take the market's defaults; unknown entries are refused.
+    Missing entries take the market's defaults (a missing ``n`` is raised to ``k``); unknown
+    entries are refused.
 
     Raises:
         FormatError: ``BAD_PARAMS``.
@@ -99,9 +101,19 @@ def policy(params: dict[str, Any], defaults: dict[str, int]) -> dict[str, int]:
     if not isinstance(v, dict) or set(v) - set(defaults):
         raise _bad(f"policy may only set {sorted(defaults)}")
     out = {**defaults, **v}
-    bounds = {"samples": (0, 4096), "topq": (0, 4096), "k": (1, 64), "window": (0, 10**9)}
+    bounds = {
+        "samples": (0, 4096),
+        "topq": (0, 4096),
+        "k": (1, 64),
+        "n": (1, 64),
+        "window": (0, 10**9),
+    }
     for key, (lo, hi) in bounds.items():
         integer(out, key, lo, hi)
+    if "n" not in v:
+        out["n"] = max(out["n"], out["k"])
+    if out["k"] > out["n"]:
+        raise _bad("policy k (attestations) must not exceed n (validators drawn)")
     if out["samples"] + out["topq"] == 0:
         raise _bad("policy must challenge at least one interval (samples + topq >= 1)")
     return out

@@ -42,14 +42,18 @@ CREATE TABLE IF NOT EXISTS orders(
     max_price INTEGER NOT NULL, min_stake INTEGER NOT NULL, deadline INTEGER NOT NULL,
     policy TEXT NOT NULL, tags TEXT NOT NULL, state TEXT NOT NULL, created INTEGER NOT NULL,
     bid_id TEXT, worker TEXT, price INTEGER, stake INTEGER, commitment TEXT, beacon TEXT,
-    report_digest TEXT, accepted_at INTEGER, window_end INTEGER, outcome TEXT);
+    report_digest TEXT, accepted_at INTEGER, window_end INTEGER, outcome TEXT,
+    validators TEXT, excluded TEXT, draw_round INTEGER, share_deadline INTEGER,
+    attesters TEXT);
 CREATE TABLE IF NOT EXISTS bids(
     bid_id TEXT PRIMARY KEY, worker TEXT NOT NULL, price INTEGER NOT NULL,
     capacity INTEGER NOT NULL, remaining INTEGER NOT NULL, stake INTEGER NOT NULL,
     tags TEXT NOT NULL, state TEXT NOT NULL, created INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS bids_book ON bids(state, price, created);
 CREATE TABLE IF NOT EXISTS validators(account TEXT PRIMARY KEY, bls_pk TEXT NOT NULL,
-    pop TEXT NOT NULL, registered INTEGER NOT NULL);
+    pop TEXT NOT NULL, registered INTEGER NOT NULL, state TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS beacon_shares(order_id TEXT NOT NULL, validator TEXT NOT NULL,
+    signature TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(order_id, validator));
 CREATE TABLE IF NOT EXISTS attestations(order_id TEXT NOT NULL, validator TEXT NOT NULL,
     signature TEXT NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(order_id, validator));
 CREATE TABLE IF NOT EXISTS challenges(
@@ -110,6 +114,12 @@ def connect(path: str | Path, *, durable: bool = False) -> sqlite3.Connection:
     Returns:
         The connection.
     """
+    from dk.market.store import PgConnection, is_url
+
+    if is_url(path):  # PostgreSQL: the same statements through a translating adapter
+        pg = PgConnection(str(path))
+        pg.executescript(_SCHEMA)
+        return pg  # type: ignore[return-value]
     con = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
@@ -175,7 +185,9 @@ class Ledger:
         durable: bool = False,
         hook: Callable[[str], None] | None = None,
     ) -> None:
-        self.path = Path(path)
+        from dk.market.store import is_url
+
+        self.path = path if is_url(path) else Path(path)
         self.con = connect(self.path, durable=durable)
         self.con.row_factory = sqlite3.Row
         self.hook = hook
@@ -212,7 +224,7 @@ class Ledger:
 
         Args:
             kind: the event kind (the action name).
-            at: the injected time of the change (integer seconds).
+            at: the time of the change (integer seconds) read from the market's clock.
             request: the signed request envelope that caused it, or None for market actions.
 
         Yields:

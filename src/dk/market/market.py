@@ -2,8 +2,11 @@
 
 Account actions arrive as signed envelopes (:mod:`dk.market.requests`) and go through
 :meth:`Market.execute`. Market-side steps that need a bundle (verification, dispute replay) or
-only time (acceptance, settlement) are methods; their slow parts (the verifier, pairings) run
-before the transaction, which then re-checks the state it depends on.
+only time (acceptance, settlement, redraw) are methods; their slow parts (the verifier,
+pairings) run before the transaction, which then re-checks the state it depends on.
+
+Time comes from the market's own clock (spec Part V §3.1), never from a party: no method takes
+a time. Only a ledger created with ``MarketConfig(clock="test")`` accepts an injected clock.
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dk.market import accounts, attest, challenges, matching, orders, results
+from dk.market import accounts, attest, beacon, challenges, matching, orders, results
 from dk.market.audit import AuditReport, audit
 from dk.market.config import Context, MarketConfig
 from dk.market.errors import MarketRefused
@@ -35,6 +39,8 @@ HANDLERS: dict[str, Handler] = {
     "match": matching.match,
     "submit": results.submit,
     "register_validator": attest.register_validator,
+    "unregister_validator": attest.unregister_validator,
+    "beacon_share": attest.beacon_share,
     "attest": attest.attest,
     "challenge": challenges.open_challenge,
 }
@@ -52,6 +58,23 @@ def _default_replay(*args: Any, **kwargs: Any) -> Any:
     return replay_interval(*args, **kwargs)
 
 
+def system_clock() -> int:
+    """The ledger owner's wall clock in integer seconds."""
+    return int(time.time())
+
+
+def _check_clock(config: MarketConfig, clock: Callable[[], int] | None) -> Callable[[], int]:
+    if clock is None:
+        return system_clock
+    if config.clock != "test":
+        raise MarketRefused(
+            "CLOCK_LOCKED",
+            "this ledger keeps its own time (clock = system); an injected time or --now is "
+            "accepted only by a ledger created with clock = test",
+        )
+    return clock
+
+
 class Market:
     """A market over one SQLite ledger file.
 
@@ -63,6 +86,11 @@ class Market:
         hook: test seam called inside each transaction just before its event is written.
         durable: fsync every commit (``synchronous=FULL``); default ``NORMAL`` (WAL), which is
             atomic and crash-safe for the process but may lose the last commits on power loss.
+        clock: a function returning integer seconds; only for a ledger whose genesis config
+            says ``clock = "test"`` (otherwise ``CLOCK_LOCKED``). Default: the system clock.
+
+    Raises:
+        MarketRefused: ``NOT_INITIALISED``, ``CLOCK_LOCKED``.
     """
 
     def __init__(
@@ -74,8 +102,11 @@ class Market:
         bls: Any = None,
         hook: Callable[[str], None] | None = None,
         durable: bool = False,
+        clock: Callable[[], int] | None = None,
     ) -> None:
-        if not Path(path).is_file():
+        from dk.market.store import is_url
+
+        if not is_url(path) and not Path(path).is_file():
             raise MarketRefused("NOT_INITIALISED", f"{path} holds no market (run init)")
         self.ledger = Ledger(path, durable=durable, hook=hook)
         genesis = self.ledger.genesis()
@@ -83,6 +114,11 @@ class Market:
             self.ledger.close()
             raise MarketRefused("NOT_INITIALISED", f"{path} holds no market (run init)")
         self.config = MarketConfig.from_dict(genesis["data"]["config"])
+        try:
+            self._clock = _check_clock(self.config, clock)
+        except MarketRefused:
+            self.ledger.close()
+            raise
         self.market_id = self.ledger.market_id()
         self._verify = verify or _default_verify
         self._replay = replay or _default_replay
@@ -93,28 +129,30 @@ class Market:
         cls,
         path: str | Path,
         *,
-        now: int,
         config: MarketConfig | None = None,
         salt: bytes | None = None,
+        clock: Callable[[], int] | None = None,
         **kwargs: Any,
     ) -> Market:
         """Initialise a new ledger (its genesis event fixes the config) and open it.
 
         Raises:
-            MarketRefused: ``ALREADY_INITIALISED``.
+            MarketRefused: ``ALREADY_INITIALISED``, ``CLOCK_LOCKED``.
         """
+        config = config or MarketConfig()
+        now = _check_clock(config, clock)
         ledger = Ledger(path)
         try:
-            with ledger.transaction("init", at=now) as tx:
+            with ledger.transaction("init", at=int(now())) as tx:
                 if tx.seq != 0:
                     raise MarketRefused("ALREADY_INITIALISED", f"{path} already holds a market")
                 tx.data = {
-                    "config": (config or MarketConfig()).to_dict(),
+                    "config": config.to_dict(),
                     "salt": (salt if salt is not None else os.urandom(16)).hex(),
                 }
         finally:
             ledger.close()
-        return cls(path, **kwargs)
+        return cls(path, clock=clock, **kwargs)
 
     @property
     def bls(self) -> Any:
@@ -141,7 +179,11 @@ class Market:
     def _ctx(self) -> Context:
         return Context(self.config, self.market_id, self._bls or _LazyBls(self))
 
-    def execute(self, request: bytes | dict[str, Any], *, now: int) -> dict[str, Any]:
+    def now(self) -> int:
+        """The market's time in integer seconds (its own clock)."""
+        return int(self._clock())
+
+    def execute(self, request: bytes | dict[str, Any]) -> dict[str, Any]:
         """Authenticate a signed request and apply it in one transaction.
 
         Returns:
@@ -152,6 +194,7 @@ class Market:
             MarketRefused: the state does not allow it (``.reason``), including ``REPLAY``.
         """
         req = parse_request(request, market_id=self.market_id)
+        now = self.now()
         with self.ledger.transaction(req.action, at=now, request=req.envelope) as tx:
             try:
                 tx.exec("INSERT INTO nonces(account, nonce) VALUES(?, ?)", (req.account, req.nonce))
@@ -179,41 +222,58 @@ class Market:
         return results.check_bundle(order, bundle_dir)
 
     def verify_result(
-        self, order_id: str, bundle_dir: str | Path, job: Any, *, now: int, workers: int = 1
+        self, order_id: str, bundle_dir: str | Path, job: Any, *, workers: int = 1
     ) -> dict[str, Any]:
         """Run the market's own verification of a submitted result and record the verdict.
 
-        The verifier's beacon is the hash of the order's ``submit`` event. A rejected result
-        refunds the consumer and slashes the worker's stake to the consumer.
+        The verifier's beacon is the one the order's drawn validators fixed (spec §5.1).
+        ``reject`` refunds the consumer and slashes the worker's stake to the consumer;
+        ``inconclusive`` records the event and moves nothing (the order stays verifiable).
 
         Returns:
             The event data plus ``"report"`` (the report as a dict).
 
         Raises:
-            MarketRefused: ``BAD_STATE``, ``JOB_MISMATCH``, ``BUNDLE_MISMATCH``.
+            MarketRefused: ``BAD_STATE``, ``NO_BEACON``, ``JOB_MISMATCH``, ``BUNDLE_MISMATCH``.
         """
         order = self.order(order_id)
         if order["state"] != "submitted":
             raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not submitted")
+        if not order["beacon"]:
+            raise MarketRefused(
+                "NO_BEACON", f"the drawn validators have not all shared for {order_id} yet"
+            )
         self._bundle_for(order, bundle_dir, job)
-        beacon = results.beacon_of(self.ledger.con, order)
+        order_beacon = bytes.fromhex(order["beacon"])
         policy = json.loads(order["policy"])
         report = self._verify(
             Path(bundle_dir),
             job,
-            beacon=beacon,
+            beacon=order_beacon,
             samples=policy["samples"],
             topq=policy["topq"],
             workers=workers,
         )
+        now = self.now()
         with self.ledger.transaction("verify", at=now) as tx:
-            results.record_verification(tx, order_id, beacon, report, now)
+            results.record_verification(tx, order_id, order_beacon, report, now)
             out = dict(tx.data)
         out["report"] = report.to_dict()
         return out
 
-    def accept(self, order_id: str, *, now: int) -> dict[str, Any]:
-        """Accept a verified order with k valid validator attestations (one pairing check).
+    def redraw(self, order_id: str) -> dict[str, Any]:
+        """Replace validators who withheld their beacon share past the deadline (spec §5.3).
+
+        Raises:
+            MarketRefused: ``UNKNOWN_ORDER``, ``BAD_STATE``, ``NOT_YET``, ``NO_WITHHOLDER``.
+        """
+        now = self.now()
+        with self.ledger.transaction("redraw", at=now) as tx:
+            beacon.redraw(self._ctx(), tx, order_id, now)
+            return dict(tx.data)
+
+    def accept(self, order_id: str) -> dict[str, Any]:
+        """Accept a verified order with k valid attestations from its drawn validators.
 
         Raises:
             MarketRefused: ``BAD_STATE``, ``NOT_ENOUGH_ATTESTATIONS``, ``DEADLINE_PASSED``.
@@ -221,6 +281,7 @@ class Market:
         order = self.order(order_id)
         if order["state"] != "verified":
             raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not verified")
+        drawn = set(beacon.members(order))
         rows = [
             (r[0], bytes.fromhex(r[1]), bytes.fromhex(r[2]))
             for r in self.ledger.con.execute(
@@ -228,20 +289,24 @@ class Market:
                 " ON a.validator = v.account WHERE a.order_id = ? ORDER BY a.seq",
                 (order_id,),
             )
+            if r[0] in drawn
         ]
         message = attest.attestation_message(
             self.market_id, order_id, bytes.fromhex(order["report_digest"])
         )
         k = json.loads(order["policy"])["k"]
         signers, aggregate = attest.aggregate_attestations(self.bls, message, rows, k)
+        now = self.now()
         with self.ledger.transaction("accept", at=now) as tx:
             results.record_acceptance(tx, order_id, signers, aggregate, now)
             return dict(tx.data)
 
     def resolve_challenge(
-        self, challenge_id: str, bundle_dir: str | Path, job: Any, *, now: int
+        self, challenge_id: str, bundle_dir: str | Path, job: Any
     ) -> dict[str, Any]:
         """Decide a challenge by replaying the disputed interval of the committed bundle.
+
+        An ``inconclusive`` replay is recorded and leaves the challenge open.
 
         Raises:
             MarketRefused: ``UNKNOWN_CHALLENGE``, ``BAD_STATE``, ``JOB_MISMATCH``,
@@ -256,28 +321,38 @@ class Market:
             raise MarketRefused("BAD_STATE", f"{challenge_id} is already {ch['state']}")
         manifest = self._bundle_for(self.order(ch["order_id"]), bundle_dir, job)
         interval = challenges.disputed_interval(ch, manifest)
-        replay_ok = interval is None or bool(self._replay(Path(bundle_dir), job, interval))
+        verdict = (
+            "accept"
+            if interval is None
+            else results.verdict_of(self._replay(Path(bundle_dir), job, interval))
+        )
+        now = self.now()
         with self.ledger.transaction("resolve", at=now) as tx:
-            challenges.record_resolution(tx, challenge_id, interval, replay_ok, now)
+            challenges.record_resolution(tx, challenge_id, interval, verdict, now)
             return dict(tx.data)
 
-    def settle(self, order_id: str, *, now: int) -> dict[str, Any]:
-        """Release or refund an order as its state and ``now`` call for (see :mod:`.escrow`)."""
+    def settle(self, order_id: str) -> dict[str, Any]:
+        """Release or refund an order as its state and the market's time call for."""
+        now = self.now()
         with self.ledger.transaction("settle", at=now) as tx:
             settle_order(tx, order_id, now)
             return dict(tx.data)
 
     def balance(self, account: str) -> int:
         """Free balance of an account (hex public key)."""
+        return self.holding(accounts.acct(account))
+
+    def holding(self, holder: str) -> int:
+        """Amount held by any holder (``acct:…``, ``vstake:…``, ``treasury``, …)."""
         row = self.ledger.con.execute(
-            "SELECT amount FROM holdings WHERE holder = ?", (accounts.acct(account),)
+            "SELECT amount FROM holdings WHERE holder = ?", (holder,)
         ).fetchone()
         return int(row[0]) if row else 0
 
     def show(self, order_id: str) -> dict[str, Any]:
         """Everything about one order, with why each bid did or did not match."""
         order = dict(self.order(order_id))
-        for key in ("policy", "tags", "commitment"):
+        for key in ("policy", "tags", "commitment", "validators", "excluded", "attesters"):
             if order.get(key):
                 order[key] = json.loads(order[key])
         con = self.ledger.con
@@ -290,6 +365,12 @@ class Market:
         }
         order["escrow"] = held.get(orders.escrow(order_id), 0)
         order["locked_stake"] = held.get(orders.stake(order_id), 0)
+        order["beacon_shares"] = [
+            r[0]
+            for r in con.execute(
+                "SELECT validator FROM beacon_shares WHERE order_id = ? ORDER BY seq", (order_id,)
+            )
+        ]
         order["attestations"] = [
             r[0]
             for r in con.execute(

@@ -14,6 +14,7 @@ from typing import Any
 
 from dk.market import fields
 from dk.market.accounts import acct
+from dk.market.beacon import draw_at_match
 from dk.market.config import Context
 from dk.market.errors import MarketRefused
 from dk.market.ledger import Tx
@@ -102,11 +103,12 @@ def match(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     """Match the signer's open order with the best eligible bid.
 
     The winning bid's per-job stake moves to ``stake:<order>``; the escrow above the bid's
-    price returns to the consumer, so the escrow now holds exactly the price.
+    price returns to the consumer, so the escrow now holds exactly the price. The order's
+    ``n`` validators are drawn in the same event (:func:`dk.market.beacon.draw_at_match`).
 
     Raises:
         MarketRefused: ``UNKNOWN_ORDER``, ``NOT_OWNER``, ``BAD_STATE``, ``DEADLINE_PASSED``,
-            ``NO_MATCH``.
+            ``NO_MATCH``, ``NOT_ENOUGH_VALIDATORS``.
     """
     fields.only(req.params, {"order_id"})
     order_id = fields.object_id(req.params, "order_id", "o")
@@ -114,6 +116,7 @@ def match(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     bid = best_bid(tx.con, order)
     if bid is None:
         raise MarketRefused("NO_MATCH", f"no bid meets every condition of {order_id}")
+    chosen = draw_at_match(ctx, tx, order, bid["worker"], req.envelope["signature"])
     left = bid["remaining"] - 1
     tx.exec(
         "UPDATE bids SET remaining = ?, state = ? WHERE bid_id = ?",
@@ -134,4 +137,5 @@ def match(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
         "bid_id": bid["bid_id"],
         "worker": bid["worker"],
         "price": bid["price"],
+        "validators": chosen,
     }

@@ -36,6 +36,8 @@ ACTIONS = frozenset(
         "match",
         "submit",
         "register_validator",
+        "unregister_validator",
+        "beacon_share",
         "attest",
         "challenge",
     }

@@ -2,8 +2,10 @@
 
 The commitment a worker submits is ``(transcript_root, manifest_digest)`` where
 ``manifest_digest = tagged_hash("dk/v1/market/manifest", manifest.json bytes)``. The challenge
-beacon for the verifier is the hash of the ``submit`` event itself, i.e. the ledger head right
-after the commitment was recorded, which the worker cannot choose.
+beacon for the verifier is fixed afterwards by the order's drawn validators
+(:mod:`dk.market.beacon`), never by anything the worker sends. A verification has three
+outcomes (``report.verdict``): ``accept``, ``reject`` (the only one that moves money) and
+``inconclusive`` (recorded, nothing moves, the order stays verifiable).
 """
 
 from __future__ import annotations
@@ -90,51 +92,76 @@ def submit(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     }
     load_order(tx, order_id, state="matched", account=req.account, role="worker", now=now)
     tx.exec(
-        "UPDATE orders SET state = 'submitted', commitment = ? WHERE order_id = ?",
-        (json.dumps(commitment, sort_keys=True), order_id),
+        "UPDATE orders SET state = 'submitted', commitment = ?, share_deadline = ?"
+        " WHERE order_id = ?",
+        (json.dumps(commitment, sort_keys=True), now + ctx.config.share_timeout, order_id),
     )
     tx.data = {"order_id": order_id, **commitment}
 
 
-def beacon_of(con: Any, order: Any) -> bytes:
-    """The challenge beacon of a submitted order: the hash of its ``submit`` event."""
-    seq = json.loads(order["commitment"])["submit_seq"]
-    row = con.execute("SELECT hash FROM events WHERE seq = ?", (seq,)).fetchone()
-    return bytes(row[0])
+VERDICTS = ("accept", "reject", "inconclusive")
+
+
+def verdict_of(result: Any) -> str:
+    """``accept``, ``reject`` or ``inconclusive`` of a report or replay result.
+
+    Reads ``result.verdict``; without one, ``result.ok`` or a plain truth value (an older
+    ``replay_interval`` returns a bool) maps to accept/reject. An unknown verdict is treated
+    as ``inconclusive`` (nothing moves: never the worker's fault).
+    """
+    if isinstance(result, bool):
+        return "accept" if result else "reject"
+    verdict = getattr(result, "verdict", None)
+    if verdict is None:
+        return "accept" if getattr(result, "ok", result) else "reject"
+    return verdict if verdict in VERDICTS else "inconclusive"
+
+
+def _codes(report: Any) -> list[str]:
+    codes = getattr(report, "codes", None)
+    if codes is None:
+        codes = [getattr(r, "code", r) for r in getattr(report, "reasons", [])]
+    return [str(c) for c in codes][:32]
 
 
 def record_verification(tx: Tx, order_id: str, beacon: bytes, report: Any, now: int) -> None:
-    """Store the market's verification: ``verified`` on accept, else reject and refund.
+    """Store the market's verification of a submitted order by its verdict.
 
-    On rejection the escrow returns to the consumer and the worker's stake is slashed to the
-    consumer.
+    ``accept``: state ``verified`` with ``report_digest``. ``reject``: the escrow returns to
+    the consumer and the worker's stake is slashed to the consumer (outcome ``rejected``).
+    ``inconclusive``: recorded, nothing moves, the order stays ``submitted``.
 
     Raises:
-        MarketRefused: ``BAD_STATE`` if the order is no longer ``submitted``.
+        MarketRefused: ``BAD_STATE`` if the order is no longer ``submitted`` or its beacon
+            is not the one verified against.
     """
     order = tx.one("SELECT * FROM orders WHERE order_id = ?", (order_id,))
     if order is None or order["state"] != "submitted":
         raise MarketRefused("BAD_STATE", f"{order_id} is not awaiting verification")
+    if order["beacon"] != beacon.hex():
+        raise MarketRefused("BAD_STATE", f"{order_id} was verified against another beacon")
+    verdict = verdict_of(report)
     digest = bytes(report.digest()).hex()
-    reasons = [str(getattr(r, "code", r)) for r in report.reasons]
     tx.data = {
         "order_id": order_id,
-        "ok": bool(report.ok),
+        "verdict": verdict,
+        "ok": verdict == "accept",
         "report_digest": digest,
         "beacon": beacon.hex(),
-        "reasons": reasons[:32],
+        "reasons": _codes(report),
     }
-    if report.ok:
+    if verdict == "inconclusive":
+        return
+    if verdict == "accept":
         tx.exec(
-            "UPDATE orders SET state = 'verified', beacon = ?, report_digest = ? "
-            "WHERE order_id = ?",
-            (beacon.hex(), digest, order_id),
+            "UPDATE orders SET state = 'verified', report_digest = ? WHERE order_id = ?",
+            (digest, order_id),
         )
         return
     tx.exec(
-        "UPDATE orders SET state = 'rejected', outcome = 'rejected', beacon = ?, report_digest = ?"
+        "UPDATE orders SET state = 'rejected', outcome = 'rejected', report_digest = ?"
         " WHERE order_id = ?",
-        (beacon.hex(), digest, order_id),
+        (digest, order_id),
     )
     pay_out(tx, order, escrow_to=order["consumer"], stake_to=order["consumer"])
     tx.data["outcome"] = "rejected"
@@ -166,8 +193,9 @@ def record_acceptance(
         raise MarketRefused("DEADLINE_PASSED", f"{order_id} expired at {order['deadline']}")
     window = json.loads(order["policy"])["window"]
     tx.exec(
-        "UPDATE orders SET state = 'accepted', accepted_at = ?, window_end = ? WHERE order_id = ?",
-        (now, now + window, order_id),
+        "UPDATE orders SET state = 'accepted', accepted_at = ?, window_end = ?, attesters = ?"
+        " WHERE order_id = ?",
+        (now, now + window, json.dumps(signers), order_id),
     )
     tx.data = {
         "order_id": order_id,

@@ -1,4 +1,10 @@
-"""The validator's side: re-run the verifier on a result and sign an attestation (spec §5.2)."""
+"""The validator's side: register with a stake, post beacon shares, verify and attest (spec §5).
+
+A validator is drawn by the market for an order at match time. After the worker's submission
+it signs the order's commitment (its beacon share); once every drawn validator has shared, the
+beacon is fixed and each validator re-runs the verifier with it and, only if its own report
+accepts, signs an attestation.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +13,24 @@ from pathlib import Path
 from typing import Any
 
 from dk.market.attest import BlsKey, attestation_message
+from dk.market.beacon import order_share_message
 from dk.market.errors import MarketRefused
 from dk.market.market import Market
 from dk.market.requests import Client
+from dk.market.results import verdict_of
+
+
+def share_request(market: Market, client: Client, bls_key: BlsKey, order_id: str) -> dict[str, Any]:
+    """A signed ``beacon_share`` request: the BLS signature on the order's commitment.
+
+    Raises:
+        MarketRefused: ``BAD_STATE`` if the order is not ``submitted``.
+    """
+    order = market.order(order_id)
+    if order["state"] != "submitted":
+        raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not submitted")
+    sig = bls_key.bls.sign(bls_key.sk, order_share_message(market.market_id, order))
+    return client.request("beacon_share", order_id=order_id, signature=sig.hex())
 
 
 def attestation_request(
@@ -24,8 +45,8 @@ def attestation_request(
 ) -> dict[str, Any]:
     """Verify an order's bundle independently and return a signed ``attest`` request.
 
-    The validator uses the same beacon as the market (the hash of the order's ``submit``
-    event), so an honest validator's report digest equals the market's.
+    The validator uses the order's recorded beacon (fixed by the drawn validators' shares),
+    so an honest validator's report digest equals the market's.
 
     Args:
         market: the market (read for the order, its beacon and policy).
@@ -40,8 +61,9 @@ def attestation_request(
         The signed request envelope (pass it to :meth:`Market.execute`).
 
     Raises:
-        MarketRefused: ``BAD_STATE`` if the order is not verified; ``REPORT_REJECTED`` if this
-            validator's own verification rejects the bundle.
+        MarketRefused: ``BAD_STATE`` if the order is not verified; ``REPORT_REJECTED`` or
+            ``REPORT_INCONCLUSIVE`` if this validator's own verification does not accept (an
+            attestation only ever vouches for an accepting report).
     """
     order = market.order(order_id)
     if order["state"] != "verified":
@@ -55,8 +77,13 @@ def attestation_request(
         samples=policy["samples"],
         topq=policy["topq"],
     )
-    if not report.ok:
+    verdict = verdict_of(report)
+    if verdict == "reject":
         raise MarketRefused("REPORT_REJECTED", "this validator's verification rejects the bundle")
+    if verdict != "accept":
+        raise MarketRefused(
+            "REPORT_INCONCLUSIVE", "this validator's verification could not decide; no attestation"
+        )
     digest = bytes(report.digest())
     sig = bls_key.bls.sign(bls_key.sk, attestation_message(market.market_id, order_id, digest))
     return client.request(
@@ -64,8 +91,11 @@ def attestation_request(
     )
 
 
-def registration_request(client: Client, bls_key: BlsKey) -> dict[str, Any]:
-    """A signed ``register_validator`` request with the key's proof of possession."""
+def registration_request(client: Client, bls_key: BlsKey, stake: int) -> dict[str, Any]:
+    """A signed ``register_validator`` request locking ``stake``, with the proof of possession."""
     return client.request(
-        "register_validator", bls_pk=bls_key.pk.hex(), pop=bls_key.bls.pop_prove(bls_key.sk).hex()
+        "register_validator",
+        bls_pk=bls_key.pk.hex(),
+        pop=bls_key.bls.pop_prove(bls_key.sk).hex(),
+        stake=stake,
     )

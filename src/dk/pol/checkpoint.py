@@ -19,7 +19,8 @@ Its commitment is ``tensors_root`` (SPEC §4). Blobs are stored content-addresse
 from __future__ import annotations
 
 import os
-import tempfile
+import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from dk.crypto.encoding import tensors_root
+from dk.crypto.numeric import model_update_norm
 from dk.errors import FormatError
 from dk.pol.models import initial_state, param_names, state_specs
 
@@ -139,13 +141,12 @@ def model_tensors(ck: Mapping[str, np.ndarray]) -> Tensors:
 
 
 def update_norm(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float:
-    """L2 norm (float64) of ``b - a`` over the model weights of two checkpoints."""
-    total = 0.0
-    for k in sorted(a):  # fixed order: the float64 sum must not depend on dict order
-        if k.startswith("model/"):
-            d = np.asarray(b[k], dtype=np.float64) - np.asarray(a[k], dtype=np.float64)
-            total += float(np.dot(d.ravel(), d.ravel()))
-    return float(np.sqrt(total))
+    """L2 norm (binary64) of ``b - a`` over the model weights of two checkpoints (SPEC §11.1).
+
+    Computed as the fold sum of SPEC §1.4, never a BLAS dot product, so the transcript leaf
+    holding it has the same bits on every machine.
+    """
+    return model_update_norm(a, b)
 
 
 def checkpoint_root(ck: Mapping[str, np.ndarray]) -> bytes:
@@ -159,28 +160,85 @@ def blob_name(root: bytes) -> str:
 
 
 def write_blob(
-    directory: Path, tensors: Mapping[str, np.ndarray], root: bytes | None = None
+    directory: Path,
+    tensors: Mapping[str, np.ndarray],
+    root: bytes | None = None,
+    *,
+    durable: bool = True,
 ) -> tuple[bytes, Path, int]:
-    """Write a checkpoint blob atomically; returns (root, path, size). Idempotent."""
-    from safetensors.numpy import save
+    """Write a checkpoint blob atomically; returns (root, path, size). Idempotent.
+
+    The bytes go straight from the arrays to a temporary file (safetensors writes them; no
+    in-memory copy of the blob), which is then renamed to ``blobs/<root>.safetensors``. With
+    ``durable=False`` the file is not fsynced: the caller makes it durable later with
+    :func:`sync_files` (the Recorder does so once, when the run completes, instead of paying
+    one fsync per checkpoint).
+    """
+    from safetensors.numpy import save_file
 
     root = root if root is not None else checkpoint_root(tensors)
     path = directory / blob_name(root)
-    if path.exists():
-        return root, path, path.stat().st_size
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = save({k: np.ascontiguousarray(v).reshape(np.shape(v)) for k, v in tensors.items()})
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".safetensors")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        return root, path, os.stat(path).st_size
+    except FileNotFoundError:
+        pass
+    arrays = {k: np.ascontiguousarray(v).reshape(np.shape(v)) for k, v in tensors.items()}
+    # A name of this process and thread: no other writer of the same blob can collide with it.
+    tmp = path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{path.name}")
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        save_file(arrays, tmp)
+        if durable:
+            _fsync_path(tmp)
+        size = os.stat(tmp).st_size
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
-    return root, path, len(data)
+    return root, path, size
+
+
+def sync_files(paths: list[Path]) -> None:
+    """Make the files in ``paths`` durable: one ``syncfs`` of their filesystem on Linux (one
+    journal commit, where an fsync per file costs one each), else an fsync per file and
+    directory."""
+    if not paths:
+        return
+    if sys.platform.startswith("linux") and _syncfs(paths[0].parent):
+        return
+    for path in paths:
+        _fsync_path(path)
+    for parent in sorted({p.parent for p in paths}):
+        try:
+            _fsync_path(parent)
+        except OSError:  # directories cannot be opened or synced on some platforms
+            pass
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _syncfs(directory: Path) -> bool:
+    """``syncfs(2)`` on the filesystem holding ``directory``; False if unavailable or failed."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        return bool(libc.syncfs(fd) == 0)
+    except AttributeError:  # a libc without syncfs
+        return False
+    finally:
+        os.close(fd)
 
 
 def parse_blob(data: bytes) -> Tensors:

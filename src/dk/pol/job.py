@@ -273,7 +273,10 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         p["backend"] = (
             "dk" if p["mode"] == "exact" and not t["compression"] and not beyond else "torch"
         )
-    _choice(p, "backend", ("dk", "torch"))
+    # "rounded" = any float32 model on torch through the rounding log (SPEC Part VI).
+    _choice(p, "backend", ("dk", "torch", "rounded"))
+    if p["backend"] == "rounded" and (p["mode"] != "exact" or t["compression"]):
+        raise _fail("pol.backend = 'rounded' (rounding log) is for exact mode without compression")
     if p["backend"] == "dk" and p["mode"] != "exact":
         raise _fail("pol.backend = 'dk' (reproducible kernels) is for exact mode")
     if p["backend"] == "dk" and t["compression"]:
@@ -491,9 +494,16 @@ def _check_zk(job: dict[str, Any]) -> None:
     """zk mode (SPEC IV): what the step circuits support, and ``pol.zk`` circuit settings."""
     p, m, t = job["pol"], job["model"], job["train"]
     z = p["zk"]
-    if not isinstance(z, dict) or len(z) > len(ZK_SETTING_KEYS):
+    if not isinstance(z, dict) or len(z) > len(ZK_SETTING_KEYS) + 1:
         raise _fail("pol.zk must be a table of circuit settings")
+    srs = z.get("srs")  # SPEC IV §5: the SRS the job accepts, by SHA-256, or "local"
+    if srs is not None and (
+        not isinstance(srs, str) or (srs != "local" and not (len(srs) == 64 and set(srs) <= _HEX64))
+    ):
+        raise _fail("pol.zk.srs must be 'local' or the SRS's SHA-256 (64 lowercase hex)")
     for k, v in z.items():
+        if k == "srs":
+            continue
         if k not in ZK_SETTING_KEYS:
             raise _fail(f"pol.zk.{k} is not a circuit setting ({', '.join(ZK_SETTING_KEYS)})")
         if isinstance(v, bool) or not isinstance(v, int | float | str):

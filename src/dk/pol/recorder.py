@@ -10,35 +10,55 @@
 ``attach`` checks that the model, optimizer and loader are the job's, and returns the model,
 the optimizer wrapped so that each ``step()`` is counted, and a loader that yields the job's
 batches in the job's order. Every ``k`` steps a snapshot is taken; hashing and writing happen
-on a background thread so training is not held up.
+on a background thread so training is not held up; blobs are not fsynced one by one, the
+run is made durable once, before ``run.json`` marks it complete.
+
+torch is imported only when torch computes the steps (or when ``attach`` is given torch
+objects): a run on a step engine (dk kernels, zk circuit) never loads it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import queue
 import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from dk.crypto.hashing import digests_equal
 from dk.errors import DkError, FormatError, JobMismatch
-from dk.pol.checkpoint import Tensors, checkpoint_root, update_norm, write_blob
+from dk.pol.checkpoint import Tensors, checkpoint_root, sync_files, update_norm, write_blob
 from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.job import JobSpec, as_job
 from dk.pol.models import initial_state, state_specs
 from dk.pol.run import CheckpointEntry, IntervalEntry, RunInfo, write_run
 from dk.pol.sampler import job_sampler
-from dk.pol.torch_adapter import deterministic, job_batch, make_codec, snapshot
+
+if TYPE_CHECKING:
+    import torch
+else:
+
+    class _LazyTorch:
+        """``torch`` imported on first use: a run on dk's kernels never imports it."""
+
+        def __getattr__(self, name: str) -> Any:
+            import torch
+
+            return getattr(torch, name)
+
+    torch = _LazyTorch()
 
 __all__ = ["JobMismatch", "Recorder", "TrainingDiverged"]
 
 LR_RTOL = 1e-6  # a user's scheduler may round differently; dk then sets its own value
 GRAD_RTOL = 1e-3  # user's vs kernel gradients (float32 torch vs fixed-order kernels)
 SCHEDULE_DRY_RUN = 100_000  # steps of a user's scheduler checked at attach
+PROGRESS_PERIOD_S = 0.1  # a progress bar redraws per call: not once per (fast) step
 
 
 class TrainingDiverged(DkError, FloatingPointError):
@@ -56,60 +76,67 @@ def check_data(job: JobSpec, dataset: Dataset) -> None:
         raise FormatError("the dataset does not match the job's data.root", reason="DATA_MISMATCH")
 
 
-class _RecordedOptimizer(torch.optim.Optimizer):
-    """The user's optimizer, recorded: a real ``torch.optim.Optimizer`` sharing its groups and
-    state, so LR schedulers built on either object drive the same learning rate.
+@functools.cache
+def _recorded_optimizer_type() -> type:
+    """The recorded-optimizer class, built on first use (torch is imported only then)."""
+    import torch
 
-    Each ``step()`` checks the learning rate against the job's schedule (then sets dk's exact
-    value), checks the step's forward passes, clips by global norm when the job says so, runs
-    the user's optimizer (or the step engine), and stops at the first non-finite update.
-    """
+    class _RecordedOptimizer(torch.optim.Optimizer):
+        """The user's optimizer, recorded: a real ``torch.optim.Optimizer`` sharing its groups and
+        state, so LR schedulers built on either object drive the same learning rate.
 
-    def __init__(self, inner: torch.optim.Optimizer, recorder: Recorder) -> None:
-        # Not Optimizer.__init__: the groups and state are the inner optimizer's own objects.
-        self._inner, self._recorder = inner, recorder
-        self.defaults = inner.defaults
-        self.param_groups = inner.param_groups
-        self.state = inner.state
+        Each ``step()`` checks the learning rate against the job's schedule (then sets dk's exact
+        value), checks the step's forward passes, clips by global norm when the job says so, runs
+        the user's optimizer (or the step engine), and stops at the first non-finite update.
+        """
 
-    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
-        """One recorded training step (see the class docs)."""
-        rec = self._recorder
-        rec._check_step_inputs(self)
-        if rec.engine is not None:  # a step engine (dk kernels, zk circuit) does the whole step
-            rec._kernel_step()
+        def __init__(self, inner: torch.optim.Optimizer, recorder: Recorder) -> None:
+            # Not Optimizer.__init__: the groups and state are the inner optimizer's own objects.
+            self._inner, self._recorder = inner, recorder
+            self.defaults = inner.defaults
+            self.param_groups = inner.param_groups
+            self.state = inner.state
+
+        def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+            """One recorded training step (see the class docs)."""
+            rec = self._recorder
+            rec._check_step_inputs(self)
+            if rec.engine is not None:  # a step engine (dk kernels, zk circuit) does the whole step
+                rec._kernel_step()
+                rec._on_step()
+                return None
+            if rec.codec is not None and rec._model is not None:  # compressed job: SPEC Part III
+                rec.codec.compress_grads_(rec._model.named_parameters())
+            if rec._model is not None:
+                from dk.pol.torch_adapter import clip_gradients
+
+                clip_gradients(rec.job, rec._model.parameters())
+            out = self._inner.step(closure)
+            rec._check_finite()
             rec._on_step()
-            return None
-        if rec.codec is not None and rec._model is not None:  # compressed job: SPEC Part III
-            rec.codec.compress_grads_(rec._model.named_parameters())
-        if rec._model is not None:
-            from dk.pol.torch_adapter import clip_gradients
+            return out
 
-            clip_gradients(rec.job, rec._model.parameters())
-        out = self._inner.step(closure)
-        rec._check_finite()
-        rec._on_step()
-        return out
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            """The user's optimizer's ``zero_grad``."""
+            self._inner.zero_grad(set_to_none=set_to_none)
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """The user's optimizer's ``zero_grad``."""
-        self._inner.zero_grad(set_to_none=set_to_none)
+        def state_dict(self) -> dict[str, Any]:
+            """The user's optimizer's state dict."""
+            return self._inner.state_dict()
 
-    def state_dict(self) -> dict[str, Any]:
-        """The user's optimizer's state dict."""
-        return self._inner.state_dict()
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            """Refused: the optimizer state comes from the job's checkpoints."""
+            raise JobMismatch("load_state_dict on a recorded optimizer: the state is the job's")
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Refused: the optimizer state comes from the job's checkpoints."""
-        raise JobMismatch("load_state_dict on a recorded optimizer: the state is the job's")
+        def __getattr__(self, name: str) -> Any:
+            if name.startswith("_inner"):
+                raise AttributeError(name)
+            return getattr(self._inner, name)
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_inner"):
-            raise AttributeError(name)
-        return getattr(self._inner, name)
+        def __repr__(self) -> str:
+            return f"Recorded({self._inner!r})"
 
-    def __repr__(self) -> str:
-        return f"Recorded({self._inner!r})"
+    return _RecordedOptimizer
 
 
 class JobLoader:
@@ -122,6 +149,8 @@ class JobLoader:
         return self._rec.job.steps - self._rec.step
 
     def __iter__(self) -> Any:
+        from dk.pol.torch_adapter import job_batch
+
         rec = self._rec
         acc = int(rec.job.train.get("accumulation", 1))
         for t in range(rec.step, rec.job.steps):
@@ -150,6 +179,11 @@ class Recorder:
         engine: Any = None,
     ) -> None:
         self.job = as_job(job)
+        if self.job.pol.get("backend") == "rounded":  # SPEC VI: not wired into the Recorder yet
+            raise JobMismatch(
+                "pol.backend = 'rounded': train with dk.pol.backends.session.record_run "
+                "(the Recorder does not write rounding logs yet)"
+            )
         self.run_dir = Path(run_dir)
         self.dataset = dataset if dataset is not None else load_dataset(self.job)
         check_data(self.job, self.dataset)
@@ -164,7 +198,13 @@ class Recorder:
         self._opt: torch.optim.Optimizer | None = None
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
-        self.codec = make_codec(self.job)
+        self._written: list[Path] = []
+        self._progress_at = 0.0
+        self.codec: Any = None
+        if self.job.train.get("compression"):
+            from dk.pol.torch_adapter import make_codec
+
+            self.codec = make_codec(self.job)
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
 
         # A step engine owns the NumPy state and computes whole steps: dk's reproducible
@@ -176,9 +216,11 @@ class Recorder:
         # torch computes the steps only without an engine; then exact/zk pin it to one thread
         # with deterministic algorithms (pinning it otherwise would also cap the kernels'
         # OpenMP pool, which torch shares).
-        self._det = deterministic(
-            1 if engine is None and self.job.mode in ("exact", "zk") else None
-        )
+        self._det: Any = contextlib.nullcontext()
+        if engine is None:
+            from dk.pol.torch_adapter import deterministic
+
+            self._det = deterministic(1 if self.job.mode in ("exact", "zk") else None)
         self.info = RunInfo(
             job_id=self.job.job_id.hex(),
             data_root=self.dataset.root().hex(),
@@ -218,6 +260,8 @@ class Recorder:
     def _check_optimizer(
         self, optimizer: torch.optim.Optimizer, model: torch.nn.Module, scheduled: bool
     ) -> None:
+        import torch
+
         from dk.pol.schedule import lr_at
 
         t = self.job.train
@@ -335,7 +379,7 @@ class Recorder:
         if self.job.train.get("precision", "fp32") != "fp32":
             self._post_hook = model.register_forward_hook(self._after_forward)
         self._start()
-        return model, _RecordedOptimizer(optimizer, self), JobLoader(self)
+        return model, _recorded_optimizer_type()(optimizer, self), JobLoader(self)
 
     def _use_data(self, data: Any) -> None:
         if not hasattr(data, "root"):
@@ -453,6 +497,8 @@ class Recorder:
             ck = self.engine.snapshot(step, self.sampler.steps_per_epoch)
         else:
             assert self._model is not None and self._opt is not None
+            from dk.pol.torch_adapter import snapshot
+
             ck = snapshot(
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )
@@ -470,6 +516,8 @@ class Recorder:
         self._check_user_gradients()
         if not all(np.isfinite(v).all() for v in self.engine.params.values()):
             raise TrainingDiverged(f"step {self.step}: the update made weights NaN or infinite")
+        import torch
+
         for name, p in self._model.named_parameters():
             arr = self.engine.params[name]
             if p.data.data_ptr() != arr.ctypes.data:
@@ -521,8 +569,11 @@ class Recorder:
         self.step += 1
         if self.step > self.job.steps:
             raise JobMismatch(f"more optimizer steps than the job's {self.job.steps}")
-        if self.progress is not None:
-            self.progress(self.step)
+        if self.progress is not None:  # at most every 0.1 s, and at the last step
+            now = time.monotonic()
+            if now >= self._progress_at or self.step == self.job.steps:
+                self._progress_at = now + PROGRESS_PERIOD_S
+                self.progress(self.step)
         if self._next < len(self._ckpt_steps) and self.step == self._ckpt_steps[self._next]:
             self._snap(self._next, self.step)
             self._next += 1
@@ -537,7 +588,8 @@ class Recorder:
                     return
                 index, step, ck = item
                 root = checkpoint_root(ck)
-                _, _, nbytes = write_blob(self.run_dir, ck, root)
+                _, path, nbytes = write_blob(self.run_dir, ck, root, durable=False)
+                self._written.append(path)
                 entry = CheckpointEntry(index=index, step=step, root=root.hex(), nbytes=nbytes)
                 self.info.checkpoints.append(entry)
                 line: dict[str, Any] = {"checkpoint": entry.__dict__}
@@ -555,7 +607,8 @@ class Recorder:
                     self.info.intervals.append(iv)
                     line["interval"] = iv.__dict__
                 log.write(json.dumps(line) + "\n")
-                log.flush()
+                if self._queue.empty():  # caught up: flush; behind: one flush for the batch
+                    log.flush()
                 prev = ck
         except BaseException as e:  # surfaced in the training thread
             self._error = e
@@ -583,6 +636,9 @@ class Recorder:
             raise self._error
         if self.step != self.job.steps:
             raise JobMismatch(f"training stopped at step {self.step} of {self.job.steps}")
+        # One durability point for the whole run (not one fsync per checkpoint): every blob
+        # and the log reach the disk before run.json (itself written atomically) says complete.
+        sync_files([*self._written, self.run_dir / "run.log.jsonl"])
         self.info.complete = True
         write_run(self.run_dir, self.info)
         return self.info

@@ -6,11 +6,13 @@ loss, data, sampler), never from the bundle; the bundle only supplies the start 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from dk.crypto.numeric import fold_sum_inplace
 from dk.pol.checkpoint import Tensors, model_tensors
 from dk.pol.data import Dataset
 from dk.pol.job import JobSpec
@@ -33,12 +35,22 @@ class Replayer:
         device: str | None = None,
     ) -> None:
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
-        from dk.pol.models import build_fresh
-        from dk.pol.torch_adapter import make_loss, make_optimizer, replay_device
 
+        if job.pol.get("backend") == "rounded":  # SPEC VI: replay needs the interval's log
+            from dk.errors import BackendUnavailable
+
+            raise BackendUnavailable(
+                "pol.backend = 'rounded': replay with dk.pol.backends.session.run_interval "
+                "and the interval's rounding log (not wired into bundles yet)"
+            )
         self.job, self.dataset, self.threads = job, dataset, threads
         self.sampler = job_sampler(job, len(dataset))
         self.kernels = KernelSession(job) if uses_kernels(job) else None
+        if self.kernels is not None:  # dk kernels: torch is never imported (a fixed cost)
+            return
+        from dk.pol.models import build_fresh
+        from dk.pol.torch_adapter import make_loss, make_optimizer, replay_device
+
         self.device = replay_device(job, device)
         self.model = build_fresh(job).to(self.device)
         self.optimizer = make_optimizer(job, self.model.parameters())
@@ -46,6 +58,12 @@ class Replayer:
 
     def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
         """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
+        if self.kernels is not None:  # exact mode on dk's kernels (SPEC Part II)
+            self.kernels.restore(start)
+            for t in range(start_step, end_step):
+                idx = self.sampler.batch(t)
+                self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
+            return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
         from dk.pol.torch_adapter import (
             compress_hook,
             deterministic,
@@ -56,12 +74,6 @@ class Replayer:
             train_step,
         )
 
-        if self.kernels is not None:  # exact mode on dk's kernels (SPEC Part II)
-            self.kernels.restore(start)
-            for t in range(start_step, end_step):
-                idx = self.sampler.batch(t)
-                self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
-            return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
         codec = make_codec(self.job)  # fresh state machine; its state comes from ``start``
         hook = compress_hook(codec)
         with deterministic(self.threads):
@@ -125,17 +137,18 @@ def distances(
     )
     upd_c, upd_r, diff = c - a, r - a, c - r
     tiny = np.finfo(np.float64).tiny
-    nc, nr = float(np.linalg.norm(upd_c)), float(np.linalg.norm(upd_r))
+    # SPEC §1.4: fixed-order sums, so the verdict l2 <= tolerance is the same on every machine.
+    nc, nr = (math.sqrt(fold_sum_inplace(u * u)) for u in (upd_c, upd_r))
 
     def ratio(num: float, den: float) -> float:  # a claimed update of zero: infinitely far
         return num / den if den >= tiny else (0.0 if num == 0.0 else float("inf"))
 
     return {
-        "l2": ratio(float(np.linalg.norm(diff)), nc),
+        "l2": ratio(math.sqrt(fold_sum_inplace(diff * diff)), nc),
         "linf": ratio(
             float(np.max(np.abs(diff), initial=0.0)), float(np.max(np.abs(upd_c), initial=0.0))
         ),
-        "cosine": float(np.dot(upd_c, upd_r)) / max(nc * nr, tiny),
+        "cosine": fold_sum_inplace(upd_c * upd_r) / max(nc * nr, tiny),
     }
 
 

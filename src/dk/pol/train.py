@@ -10,8 +10,6 @@ from dk.pol.job import JobSpec, as_job
 from dk.pol.models import build_model
 from dk.pol.recorder import Recorder
 from dk.pol.run import RunInfo
-from dk.pol.schedule import make_scheduler
-from dk.pol.torch_adapter import make_loss, make_optimizer, resolve_device
 
 
 def train_job(
@@ -22,7 +20,8 @@ def train_job(
     Args:
         job: the job (or a path to ``job.toml``).
         run_dir: output directory (created).
-        progress: optional ``callable(step)`` called after every step.
+        progress: optional ``callable(step)`` called after a step at most every 0.1 s, and
+            after the last step.
         engine: a step engine that computes whole steps (see :class:`Recorder`); default:
             dk's kernels in exact mode, else PyTorch.
 
@@ -37,6 +36,9 @@ def train_job(
         for _ in range(job.steps):
             rec.engine_step()
         return rec.finish()
+    from dk.pol.schedule import make_scheduler  # torch computes the steps
+    from dk.pol.torch_adapter import make_loss, make_optimizer, resolve_device
+
     device = resolve_device(job)  # a CUDA job on a machine without CUDA stops here
     model = build_model(job).to(device)
     model.train()

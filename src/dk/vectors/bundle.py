@@ -2,7 +2,9 @@
 
 Each case names a bundle directory under ``vectors/bundle/``, the job file to verify it
 against, the beacon, the number of uniform samples and extra ``verify_bundle`` keyword
-arguments (such as ``worker``), and the expected verdict and first reason code. The bundle is
+arguments (such as ``worker``, ``root`` in hex, ``integrity``), and the expected result, first
+reason code and verdict (``expected_verdict``: ``inconclusive`` for the verifier-side codes of
+SPEC §14.1; default ``accept`` for valid and ``reject`` for invalid cases). The bundle is
 copied to a temporary directory first, and the case's recipes are applied to the copy:
 
 * ``pad_manifest_to``: append spaces to ``manifest.json`` up to that many bytes;
@@ -21,7 +23,7 @@ from typing import Any
 
 from dk.vectors import CaseResult, load_cases
 
-_VERIFY_ARGS = frozenset({"worker", "topq", "skipped_fraction", "detect"})
+_VERIFY_ARGS = frozenset({"worker", "topq", "skipped_fraction", "detect", "root", "integrity"})
 
 
 def _inside(bundle: Path, rel: str) -> Path:
@@ -57,6 +59,8 @@ def run_case(root: Path, case: dict[str, Any]) -> str:
     extra = dict(case.get("verify", {}))
     if not set(extra) <= _VERIFY_ARGS:
         return f"unsupported verify arguments {sorted(set(extra) - _VERIFY_ARGS)}"
+    if "root" in extra:  # the challenged transcript root (SPEC §12.1), hex
+        extra["root"] = bytes.fromhex(extra["root"])
     with tempfile.TemporaryDirectory() as tmp:
         bundle = Path(tmp) / "bundle"
         src = base / case["dir"]
@@ -73,6 +77,9 @@ def run_case(root: Path, case: dict[str, Any]) -> str:
     want_ok = case["result"] == "valid"
     if report.ok != want_ok:
         return f"verdict {report.verdict}, codes {report.codes}"
+    want_verdict = case.get("expected_verdict", "accept" if want_ok else "reject")
+    if report.verdict != want_verdict:  # SPEC §14.1: which side a code belongs to
+        return f"verdict {report.verdict}, expected {want_verdict}"
     if not want_ok and report.codes[0] != case["expected_reason"]:
         return f"first reason {report.codes[0]}, expected {case['expected_reason']}"
     return ""

@@ -125,6 +125,15 @@ def _check_hashing(c: Case) -> str:
 
 
 def _check_canonical(c: Case) -> str:
+    if c.get("op") == "number":  # a binary64 value (big-endian hex) and its RFC 8785 text
+        value = struct.unpack(">d", bytes.fromhex(c["f64"]))[0]
+        if c["result"] == "invalid":
+            return _raises(lambda: canonical_json(value), c["expected_reason"])
+        text = canonical_json(value)
+        if text.hex() != c["canonical"]:
+            return f"canonical form {text!r}"
+        back = float(parse_json(text, limit=64))
+        return _expect(back == value, "the canonical text does not parse back to the value")
     data = bytes.fromhex(c["input"])
     if c["result"] == "invalid":
         return _raises(lambda: parse_json(data, limit=c["limit"]), c["expected_reason"])

@@ -58,6 +58,24 @@ def _check_case(case: dict[str, Any]) -> str:
     return "" if case.get("expected_reason") == "REPLAY_MISMATCH" else "wrong expected_reason"
 
 
+def _check_elementwise(case: dict[str, Any]) -> str:
+    """``exp32`` / ``log32`` / ``erf32`` of the compiled CPU kernels on ``x``, bit for bit."""
+    from dk.pol.exact import _cpu
+
+    fn = {"exp32": _cpu.exp32, "log32": _cpu.log32, "erf32": _cpu.erf32}[case["function"]]
+    xs = np.frombuffer(bytes.fromhex(case["x"]), dtype="<f4")
+    want = bytes.fromhex(case["y"])
+    got = np.array([fn(np.float32(x)) for x in xs], dtype="<f4").tobytes()
+    if len(want) != len(got):
+        return "x and y differ in length"
+    if case["result"] == "valid":
+        bad = [i for i in range(len(xs)) if got[4 * i : 4 * i + 4] != want[4 * i : 4 * i + 4]]
+        return f"{case['function']} differs at inputs {bad[:5]}" if bad else ""
+    if got == want:
+        return "invalid case reproduced"
+    return "" if case.get("expected_reason") == "REPLAY_MISMATCH" else "wrong expected_reason"
+
+
 def check(root: Path) -> list[CaseResult]:
     """Re-derive every case under ``root/exact/``.
 
@@ -67,4 +85,4 @@ def check(root: Path) -> list[CaseResult]:
     Returns:
         One :class:`CaseResult` per case.
     """
-    return run_cases(root, AREA, {FILE: _check_case})
+    return run_cases(root, AREA, {FILE: _check_case, "elementwise.json": _check_elementwise})

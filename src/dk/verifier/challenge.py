@@ -10,11 +10,14 @@ index) are added. The challenge is the sorted union.
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 
 from dk.crypto.hashing import TAG_CHALLENGE, tagged_hash
 from dk.crypto.stream import sample_without_replacement, stream_key
+from dk.pol.job import JobSpec
 
 
 def challenge_seed(transcript_root: bytes, beacon: bytes) -> bytes:
@@ -108,3 +111,47 @@ def parse_challenge(data: bytes) -> dict[str, object]:
     ):
         raise FormatError("challenge intervals must be sorted distinct non-negative integers")
     return doc
+
+
+def write_challenge(report: object, out: str | os.PathLike[str]) -> dict[str, object]:
+    """Write the challenge document of a ``replay=False`` report to ``out`` (atomically) and
+    return it. It records the committed transcript root the challenge pins (SPEC IV §9.3)."""
+    import json
+
+    from dk.pol.run import atomic_write
+
+    doc = challenge_document(report)
+    atomic_write(Path(out), (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+    return doc
+
+
+def pinned_challenge(
+    challenge_file: str | os.PathLike[str] | None,
+    job: JobSpec | str | Path,
+    *,
+    beacon: bytes | None,
+    root: bytes | None,
+) -> tuple[bytes | None, bytes | None]:
+    """The beacon and pinned root for ``dk verify`` (SPEC §12.1): from a challenge document
+    (which must be for ``job`` and agree with any ``beacon``/``root`` also given), or as given.
+
+    Raises:
+        FormatError: a malformed challenge, one for another job, or a contradicting option.
+    """
+    from dk.errors import FormatError
+    from dk.pol.job import as_job
+    from dk.verifier.files import read_bounded
+    from dk.verifier.report import Reason
+
+    if challenge_file is None:
+        return beacon, root
+    data = read_bounded(
+        Path(challenge_file), MAX_CHALLENGE_BYTES, Reason.BUNDLE_NOT_FOUND, Reason.BUNDLE_NOT_FOUND
+    )
+    doc = parse_challenge(data)
+    if doc["job_id"] != as_job(job).job_id.hex():
+        raise FormatError("the challenge is for another job (job_id differs)")
+    b, r = bytes.fromhex(str(doc["beacon"])), bytes.fromhex(str(doc["transcript_root"]))
+    if (beacon is not None and beacon != b) or (root is not None and root != r):
+        raise FormatError("--beacon/--root contradict the challenge file")
+    return b, r

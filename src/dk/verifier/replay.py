@@ -1,105 +1,142 @@
 """Replaying challenged intervals (SPEC §12.3), locally or over worker processes, and the
-market's dispute primitive :func:`replay_interval`."""
+market's dispute primitive :func:`replay_interval`.
+
+Worker processes get everything they need from the caller: the job, the caller's dataset and
+the start (and, in tolerant mode, end) tensors that the integrity check already verified, so a
+worker never reads a bundle file and there is no cache shared between jobs or datasets.
+"""
 
 from __future__ import annotations
 
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dk.crypto.hashing import digests_equal
-from dk.errors import FormatError
+from dk.errors import BackendUnavailable, FormatError
 from dk.pol.checkpoint import blob_name, check_schema, checkpoint_root, parse_blob, read_blob_file
 from dk.pol.data import Dataset, load_dataset
 from dk.pol.job import JobSpec, as_job
-from dk.pol.transcript import MAX_MANIFEST_BYTES, parse_manifest
-from dk.verifier.report import Reason, Report
-from dk.verifier.verify import _read_bounded
+from dk.pol.transcript import MAX_MANIFEST_BYTES, Manifest, parse_manifest
+from dk.verifier.files import read_bounded
+from dk.verifier.report import ACCEPT, REJECT, Reason, Report, outcome_of
 
-_WORKER_REPLAYERS: dict[str, Any] = {}
+Tensors = dict[str, np.ndarray]
+
+_replayer: Any = None  # one per worker process of one pool (set by _init_worker)
+
+
+def _init_worker(spec: dict[str, Any], base_dir: str, dataset: Dataset) -> None:
+    """Pool initializer: the job and the caller's dataset, once per worker process."""
+    from dk.pol.replay import make_replayer
+
+    global _replayer
+    _replayer = make_replayer(JobSpec(spec, Path(base_dir)), dataset)
 
 
 def _replay_task(
-    spec: dict[str, Any],
-    base_dir: str,
-    start_path: str,
-    start_root: str,
-    end_path: str | None,
-    claimed_root: str,
-    start_step: int,
-    end_step: int,
-) -> tuple[bool, dict[str, Any], float]:
-    """Worker-process entry: replay one interval from blob files (start root re-checked)."""
-    from dk.pol.replay import make_replayer, replay_matches
+    start: Tensors, claimed: Tensors | None, claimed_root: bytes, start_step: int, end_step: int
+) -> tuple[bool, dict[str, Any], float, int]:
+    """Worker-process entry: replay one interval from tensors the parent already verified."""
+    from dk.pol.replay import replay_matches
 
     t0 = time.process_time()
-    job = JobSpec(spec, Path(base_dir))
-    key = job.job_id.hex()
-    if key not in _WORKER_REPLAYERS:  # one replayer per job per worker process
-        _WORKER_REPLAYERS[key] = make_replayer(job, load_dataset(job))
-    start = parse_blob(read_blob_file(Path(start_path)))
-    if not digests_equal(checkpoint_root(start), bytes.fromhex(start_root)):
-        return (
-            False,
-            {"error": "start checkpoint changed during verification"},
-            time.process_time() - t0,
-        )
-    claimed = parse_blob(read_blob_file(Path(end_path))) if end_path else None
-    ok, fig = replay_matches(
-        _WORKER_REPLAYERS[key], start, claimed, bytes.fromhex(claimed_root), start_step, end_step
-    )
-    return ok, fig, time.process_time() - t0
+    ok, fig = replay_matches(_replayer, start, claimed, claimed_root, start_step, end_step)
+    return ok, fig, time.process_time() - t0, os.getpid()
+
+
+def _replay_parallel(
+    job: JobSpec,
+    ds: Dataset,
+    man: Manifest,
+    chal: list[int],
+    held: dict[int, Tensors],
+    workers: int,
+) -> tuple[dict[int, tuple[bool, dict[str, Any]]], float, int]:
+    """Replay the challenged intervals over ``workers`` spawned processes."""
+    import multiprocessing as mp
+
+    cks, ivs = man.checkpoints, man.intervals
+    results: dict[int, tuple[bool, dict[str, Any]]] = {}
+    cpu = 0.0
+    pids: set[int] = set()
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(chal)),
+        mp_context=mp.get_context("spawn"),
+        initializer=_init_worker,
+        initargs=(job.spec, str(job.base_dir), ds),
+    ) as pool:
+        futs = {
+            i: pool.submit(
+                _replay_task,
+                held[i],
+                held.get(i + 1),
+                bytes.fromhex(cks[i + 1]["root"]),
+                ivs[i]["start_step"],
+                ivs[i]["end_step"],
+            )
+            for i in chal
+        }
+        for i, fut in futs.items():
+            ok, fig, t, pid = fut.result()
+            results[i] = (ok, fig)
+            cpu += t
+            pids.add(pid)
+    return results, cpu, len(pids)
 
 
 def replay_challenged(
     rep: Report,
-    bundle: Path,
     job: JobSpec,
     ds: Dataset,
-    m: dict[str, Any],
+    man: Manifest,
     chal: list[int],
-    held: dict[int, dict[str, np.ndarray]],
+    held: dict[int, Tensors],
     workers: int,
+    executor: Any = None,
 ) -> None:
+    """Replay every challenged interval (SPEC §12.3) and record one finding per mismatch.
+
+    ``executor`` (e.g. :class:`dk.verifier.executors.RayExecutor`) runs the replays elsewhere;
+    if it fails past its retries the report is inconclusive (``EXECUTOR_FAILED``).
+    """
     from dk.pol.replay import make_replayer, replay_matches
+    from dk.verifier.executors import ExecutorFailed
 
     t0 = time.perf_counter()
-    cks, ivs = m["checkpoints"], m["intervals"]
+    cks, ivs = man.checkpoints, man.intervals
     tolerant = job.mode == "tolerant"
-    results: dict[int, tuple[bool, dict[str, Any]]] = {}
-    worker_cpu = 0.0
-    if workers > 1 and len(chal) > 1:
-        import multiprocessing as mp
-
-        with ProcessPoolExecutor(
-            max_workers=min(workers, len(chal)), mp_context=mp.get_context("spawn")
-        ) as pool:
-            futs = {
-                i: pool.submit(
-                    _replay_task,
-                    job.spec,
-                    str(job.base_dir),
-                    str(bundle / cks[i]["blob"]),
-                    cks[i]["root"],
-                    str(bundle / cks[i + 1]["blob"]) if tolerant else None,
-                    cks[i + 1]["root"],
-                    ivs[i]["start_step"],
-                    ivs[i]["end_step"],
-                )
-                for i in chal
-            }
-            for i, fut in futs.items():
-                ok, fig, cpu = fut.result()
-                results[i] = (ok, fig)
-                worker_cpu += cpu
+    worker_cpu, procs = 0.0, 1
+    if executor is not None:
+        tasks = [
+            (
+                i,
+                held[i],
+                held.get(i + 1),
+                bytes.fromhex(cks[i + 1]["root"]),
+                ivs[i]["start_step"],
+                ivs[i]["end_step"],
+            )
+            for i in chal
+        ]
+        roots = {j: cks[j]["root"] for j in held}
+        try:
+            results, worker_cpu, procs = executor.replay(job, ds, tasks, roots)
+        except ExecutorFailed as e:
+            rep.fail("replay", Reason.EXECUTOR_FAILED, str(e))
+            return
+        rep.figures["executor"] = executor.name
+    elif workers > 1 and len(chal) > 1:
+        results, worker_cpu, procs = _replay_parallel(job, ds, man, chal, held, workers)
     else:
         replayer = make_replayer(job, ds)
-        for i in chal:
-            results[i] = replay_matches(
+        results = {
+            i: replay_matches(
                 replayer,
                 held[i],
                 held.get(i + 1),
@@ -107,13 +144,15 @@ def replay_challenged(
                 ivs[i]["start_step"],
                 ivs[i]["end_step"],
             )
-    replayed_steps = sum(ivs[i]["end_step"] - ivs[i]["start_step"] for i in chal)
+            for i in chal
+        }
     rep.figures.update(
         {
             "replayed_intervals": len(chal),
-            "replayed_steps": replayed_steps,
+            "replayed_steps": sum(ivs[i]["end_step"] - ivs[i]["start_step"] for i in chal),
             "replay_wall_s": round(time.perf_counter() - t0, 4),
             "replay_cpu_s_workers": round(worker_cpu, 4),
+            "replay_processes": procs,
         }
     )
     if tolerant:
@@ -138,25 +177,67 @@ def replay_challenged(
     rep.passed("replay")
 
 
+@dataclass(frozen=True)
+class ReplayResult:
+    """Outcome of :func:`replay_interval`: ``verdict`` is ``accept``, ``reject`` or
+    ``inconclusive`` (SPEC §14.1); ``reason`` is the code when not accepted."""
+
+    verdict: str
+    reason: Reason | None = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """True iff the interval replays as committed."""
+        return self.verdict == ACCEPT
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def _result(code: Reason, message: str) -> ReplayResult:
+    return ReplayResult(outcome_of([code]), code, message)
+
+
+def _load_end(b: Path, spec: JobSpec, ck: dict[str, Any], step: int) -> Tensors:
+    end = parse_blob(read_blob_file(b / ck["blob"]))
+    if not digests_equal(checkpoint_root(end), bytes.fromhex(ck["root"])):
+        raise FormatError("end checkpoint does not hash to its root", reason="COMMITMENT_MISMATCH")
+    check_schema(spec, step, end)
+    return end
+
+
 def replay_interval(
     bundle: str | os.PathLike[str],
     job: JobSpec | str | os.PathLike[str],
     index: int,
     *,
     dataset: Dataset | None = None,
-) -> bool:
+) -> ReplayResult:
     """Replay interval ``index`` of a bundle against its committed end checkpoint.
 
-    The dispute primitive of the market: True iff the start blob hashes to its committed root
-    and the replay (judged by the job's mode) reproduces the committed end. Never raises on a
-    malformed bundle (returns False); signatures and the rest are :func:`verify_bundle`'s job.
+    The dispute primitive of the market (SPEC Part V §6). ``accept`` iff both checkpoints hash
+    to their committed roots and fit the job's schema and the replay (judged by the job's mode)
+    reproduces the committed end; ``reject`` when the worker's evidence is wrong (with its
+    reason code); ``inconclusive`` when this verifier cannot judge (its data, backend, a zk
+    job, whose intervals are judged by proofs, or an internal error). Never raises.
+    Signatures and the rest are :func:`verify_bundle`'s job.
     """
     from dk.pol.replay import make_replayer, replay_matches
 
     try:
-        b, spec = Path(bundle), as_job(job)
+        b, spec = Path(bundle), as_job(job if isinstance(job, JobSpec | str) else Path(job))
+    except FormatError as e:
+        return _result(Reason.JOB_MALFORMED, str(e))
+    if not b.is_dir():
+        return _result(Reason.BUNDLE_NOT_FOUND, f"bundle directory not found: {b}")
+    if spec.mode == "zk":
+        return _result(
+            Reason.MODE_UNSUPPORTED, "a zk interval is judged by its proofs, not by a replay"
+        )
+    try:
         man = parse_manifest(
-            _read_bounded(
+            read_bounded(
                 b / "manifest.json",
                 MAX_MANIFEST_BYTES,
                 Reason.MANIFEST_MISSING,
@@ -164,29 +245,36 @@ def replay_interval(
             )
         )
         cks, ivs = man.checkpoints, man.intervals
-        if not 0 <= index < len(ivs) or not digests_equal(man.job_id, spec.job_id):
-            return False
+        if not digests_equal(man.job_id, spec.job_id):
+            return _result(Reason.JOB_MISMATCH, "bundle is for a different job")
+        if not 0 <= index < len(ivs):
+            return _result(Reason.TRANSCRIPT_MALFORMED, f"no interval {index}")
         for ck in (cks[index], cks[index + 1]):
             if ck["blob"] != blob_name(bytes.fromhex(ck["root"])):
-                return False
-        start = parse_blob(read_blob_file(b / cks[index]["blob"]))
-        if not digests_equal(checkpoint_root(start), bytes.fromhex(cks[index]["root"])):
-            return False
-        check_schema(spec, ivs[index]["start_step"], start)
-        claimed = None
-        if spec.mode == "tolerant":
-            claimed = parse_blob(read_blob_file(b / cks[index + 1]["blob"]))
-            if not digests_equal(checkpoint_root(claimed), bytes.fromhex(cks[index + 1]["root"])):
-                return False
+                return _result(Reason.BAD_PATH, f"checkpoint {ck['index']} names another blob")
+        a, z = ivs[index]["start_step"], ivs[index]["end_step"]
+        start = _load_end(b, spec, cks[index], a)
+        claimed = _load_end(b, spec, cks[index + 1], z) if spec.mode == "tolerant" else None
+    except FormatError as e:
+        code = Reason.__members__.get(e.reason or "", Reason.MANIFEST_MALFORMED)
+        return _result(Reason(code), str(e))
+    try:
         ds = dataset if dataset is not None else load_dataset(spec)
-        ok, _ = replay_matches(
-            make_replayer(spec, ds),
-            start,
-            claimed,
-            bytes.fromhex(cks[index + 1]["root"]),
-            ivs[index]["start_step"],
-            ivs[index]["end_step"],
+    except FormatError as e:
+        code = (
+            Reason.DECODER_MISMATCH if e.reason == "DECODER_MISMATCH" else Reason.DATA_UNAVAILABLE
         )
-        return ok
-    except FormatError:
-        return False
+        return _result(code, f"the verifier's data: {e}")
+    if not digests_equal(ds.root(), man.data_root):
+        return _result(Reason.DATA_UNAVAILABLE, "the verifier's data has another root")
+    try:
+        ok, _ = replay_matches(
+            make_replayer(spec, ds), start, claimed, bytes.fromhex(cks[index + 1]["root"]), a, z
+        )
+    except (BackendUnavailable, ImportError) as e:
+        return _result(Reason.BACKEND_UNAVAILABLE, str(e))
+    except Exception as e:  # the verifier's own failure is never the worker's fault
+        return _result(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+    if ok:
+        return ReplayResult(ACCEPT)
+    return ReplayResult(REJECT, Reason.REPLAY_MISMATCH, f"interval {index} does not replay")

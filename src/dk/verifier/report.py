@@ -1,4 +1,4 @@
-"""The verification report and its reason codes (SPEC §14)."""
+"""The verification report, its reason codes and its three outcomes (SPEC §14)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,12 @@ from dk.errors import VerificationFailed
 
 
 class Reason(str, Enum):
-    """Why a bundle was rejected. Codes are stable API: never renamed or reused."""
+    """Why a bundle was not accepted. Codes are stable API: never renamed or reused.
+
+    Each code belongs to one outcome (SPEC §14.1): :data:`VERIFIER_SIDE` codes make a report
+    ``inconclusive`` (the verifier could not decide), every other code makes it ``reject``
+    (the worker's evidence is wrong).
+    """
 
     BUNDLE_NOT_FOUND = "BUNDLE_NOT_FOUND"
     JOB_MALFORMED = "JOB_MALFORMED"
@@ -51,6 +56,39 @@ class Reason(str, Enum):
     ZK_OUTPUT_BOUND = "ZK_OUTPUT_BOUND"
     BACKEND_UNAVAILABLE = "BACKEND_UNAVAILABLE"
     INTERNAL_ERROR = "INTERNAL_ERROR"
+    ROOT_NOT_CHALLENGED = "ROOT_NOT_CHALLENGED"
+    DATA_UNAVAILABLE = "DATA_UNAVAILABLE"
+    DECODER_MISMATCH = "DECODER_MISMATCH"
+    ZK_SRS_UNAVAILABLE = "ZK_SRS_UNAVAILABLE"
+    MODE_UNSUPPORTED = "MODE_UNSUPPORTED"
+    EXECUTOR_FAILED = "EXECUTOR_FAILED"
+
+
+#: Codes that say the *verifier* could not decide (SPEC §14.1): its own input, data, backend,
+#: SRS or machine fell short. A report with only these is ``inconclusive``; it never slashes.
+VERIFIER_SIDE: frozenset[Reason] = frozenset(
+    {
+        Reason.BUNDLE_NOT_FOUND,
+        Reason.JOB_MALFORMED,
+        Reason.DATA_UNAVAILABLE,
+        Reason.DECODER_MISMATCH,
+        Reason.BACKEND_UNAVAILABLE,
+        Reason.ZK_SRS_UNAVAILABLE,
+        Reason.MODE_UNSUPPORTED,
+        Reason.EXECUTOR_FAILED,
+        Reason.INTERNAL_ERROR,
+    }
+)
+
+ACCEPT, REJECT, INCONCLUSIVE = "accept", "reject", "inconclusive"
+
+
+def outcome_of(codes: list[Reason]) -> str:
+    """The verdict of a list of findings (SPEC §14.1): ``reject`` if any code is the worker's
+    (reject wins over inconclusive), else ``inconclusive`` if any, else ``accept``."""
+    if any(c not in VERIFIER_SIDE for c in codes):
+        return REJECT
+    return INCONCLUSIVE if codes else ACCEPT
 
 
 @dataclass(frozen=True)
@@ -72,7 +110,8 @@ class Finding:
 class Report:
     """Outcome of :func:`dk.verifier.verify_bundle`.
 
-    ``verdict`` is ``"accept"`` iff no check failed. ``checks`` maps each check to ``"pass"``,
+    ``verdict`` is ``"accept"`` iff no check failed, ``"reject"`` iff a worker-side check
+    failed, else ``"inconclusive"`` (SPEC §14.1). ``checks`` maps each check to ``"pass"``,
     ``"fail"`` or ``"skip"``; ``figures`` holds measurements (timings, bytes, detection
     probability) that are *not* covered by :meth:`digest`.
     """
@@ -87,15 +126,31 @@ class Report:
     beacon: str = ""
     mode: str = ""
     challenged: list[int] = field(default_factory=list)
+    challenged_root: str = ""
+    srs: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         """True iff the bundle was accepted."""
-        return not self.reasons and bool(self.checks)
+        return self.verdict == ACCEPT
 
     @property
     def verdict(self) -> str:
-        return "accept" if self.ok else "reject"
+        """``"accept"``, ``"reject"`` or ``"inconclusive"`` (SPEC §14.1)."""
+        if not self.reasons and not self.checks:
+            return INCONCLUSIVE  # nothing ran: nothing was decided
+        return outcome_of([r.code for r in self.reasons])
+
+    @property
+    def exit_code(self) -> int:
+        """The process exit status for this report (SPEC §14.1): 0, 1 or 5."""
+        from dk.errors import ExitCode
+
+        return {
+            ACCEPT: ExitCode.OK,
+            REJECT: ExitCode.REJECTED,
+            INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+        }[self.verdict]
 
     @property
     def codes(self) -> list[str]:
@@ -113,7 +168,7 @@ class Report:
 
     def attestation_body(self) -> dict[str, Any]:
         """The deterministic part of the report: what attestations sign (SPEC §14.2)."""
-        return {
+        body: dict[str, Any] = {
             "verdict": self.verdict,
             "reasons": sorted(set(self.codes)),
             "job_id": self.job_id,
@@ -124,6 +179,9 @@ class Report:
             "challenged": list(self.challenged),
             "flags": sorted(self.flags),
         }
+        if self.srs:  # zk mode only: the SRS the proofs were checked with (SPEC IV §5)
+            body["srs"] = dict(self.srs)
+        return body
 
     def digest(self) -> bytes:
         """``tagged_hash("dk/v1/report", canonical_json(attestation_body()))``."""
@@ -134,6 +192,7 @@ class Report:
         return {
             **self.attestation_body(),
             "ok": self.ok,
+            "challenged_root": self.challenged_root,
             "findings": [r.to_dict() for r in self.reasons],
             "checks": dict(self.checks),
             "figures": dict(self.figures),
@@ -141,7 +200,8 @@ class Report:
         }
 
     def check(self) -> Report:
-        """Return ``self`` if accepted, else raise :class:`~dk.errors.VerificationFailed`."""
+        """Return ``self`` if accepted, else raise :class:`~dk.errors.VerificationFailed`
+        (whose ``report.verdict`` tells a rejection from an inconclusive check)."""
         if not self.ok:
             first = (
                 self.reasons[0] if self.reasons else Finding(Reason.INTERNAL_ERROR, "no checks ran")

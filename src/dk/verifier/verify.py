@@ -1,21 +1,26 @@
 """``verify_bundle``: the verifier's whole procedure (SPEC §12), total by construction.
 
-Malformed input never raises: every failure becomes a :class:`Finding` with a reason code in
-the returned :class:`Report`. The verifier imports only ``dk.crypto`` and ``dk.pol``.
+The procedure is the list :data:`CHECKS`, in the normative order of SPEC §12.2: each check is a
+small function over one shared :class:`Context`, named after its SPEC step. A check records a
+pass or a :class:`~dk.verifier.report.Finding`; a fatal finding stops the list, so the first
+reason code of a report (which the report digest covers) is fixed by that order.
+
+Malformed input never raises: every failure becomes a finding with a reason code in the
+returned :class:`Report`. The verifier imports only ``dk.crypto`` and ``dk.pol``.
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
-from dk.crypto.hashing import digests_equal
+from dk.crypto.hashing import digests_equal, parse_hex_digest
 from dk.crypto.keys import VerifyKey
 from dk.errors import BackendUnavailable, FormatError
 from dk.pol.checkpoint import (
@@ -39,34 +44,474 @@ from dk.pol.transcript import (
     transcript_root,
 )
 from dk.verifier.challenge import derive_challenge, detection_probability, samples_for
+from dk.verifier.files import read_bounded
 from dk.verifier.report import Reason, Report
 
 MAX_SIGNATURE_FILE = 256
 NORM_RTOL = 1e-9
+INTEGRITY = ("all", "challenged")
+
+Tensors = dict[str, np.ndarray]
 
 
-class _Reject(Exception):
+class Stop(Exception):
     """Internal: stop verification after a fatal finding (already recorded)."""
 
 
-def _read_bounded(path: Path, limit: int, missing: Reason, too_large: Reason) -> bytes:
+@dataclass(frozen=True)
+class Options:
+    """What the caller of :func:`verify_bundle` fixed (see its arguments)."""
+
+    beacon: bytes | None = None
+    root: bytes | None = None
+    samples: int | None = None
+    topq: int = 1
+    workers: int = 1
+    skipped_fraction: float = 0.1
+    detect: float = 0.99
+    worker: str | None = None
+    dataset: Dataset | None = None
+    data: Path | None = None
+    integrity: str = "challenged"
+    replay: bool = True
+    executor: Any = None
+
+
+@dataclass
+class Context:
+    """What the checks share: inputs, and what earlier checks established."""
+
+    rep: Report
+    bundle: Path
+    job_in: Any
+    opts: Options
+    job: JobSpec = field(init=False)
+    man: Manifest = field(init=False)
+    ds: Dataset = field(init=False)
+    sampler: Any = field(init=False)
+    circ: Any = None
+    chal: list[int] = field(default_factory=list)
+    held: dict[int, Tensors] = field(default_factory=dict)
+    zk_digests: dict[int, str] = field(default_factory=dict)
+
+    def fail(self, check: str, code: Reason, message: str, interval: int | None = None) -> NoReturn:
+        """Record a fatal finding and stop."""
+        self.rep.fail(check, code, message, interval)
+        raise Stop
+
+    def fatal(self, check: str, e: FormatError, default: Reason) -> NoReturn:
+        """Record a ``FormatError`` as a fatal finding (its own code when it names one)."""
+        code = Reason(e.reason) if e.reason in Reason.__members__ else default
+        self.fail(check, code, str(e))
+
+
+# -- §12.2 step 1: inputs, manifest, signature, job binding, structure ------------------------
+
+
+def check_inputs(ctx: Context) -> None:
+    """The bundle directory exists and the job parses (the verifier's own inputs)."""
+    if not ctx.bundle.is_dir():
+        ctx.fail("bundle", Reason.BUNDLE_NOT_FOUND, f"bundle directory not found: {ctx.bundle}")
     try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        raise FormatError(f"{path.name} is missing", reason=missing.value) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise FormatError(f"{path.name} is not a regular file", reason=Reason.BAD_PATH.value)
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise FormatError(f"{path.name} is over {limit} bytes", reason=too_large.value)
-    return data
+        job = as_job(ctx.job_in)
+        if ctx.opts.data is not None:  # the verifier's own copy of the data (not hashed)
+            job = job.with_updates(data={"path": str(Path(ctx.opts.data).resolve())})
+    except FormatError as e:
+        ctx.fatal("job", e, Reason.JOB_MALFORMED)
+    ctx.job = job
+    ctx.rep.mode = job.mode
 
 
-def _fatal(rep: Report, check: str, e: FormatError, default: Reason) -> None:
-    code = Reason(e.reason) if e.reason in Reason.__members__ else default
-    rep.fail(check, code, str(e))
-    raise _Reject
+def check_manifest(ctx: Context) -> None:
+    """§11.2: bounded read, strict parse, canonical bytes."""
+    try:
+        raw = read_bounded(
+            ctx.bundle / "manifest.json",
+            MAX_MANIFEST_BYTES,
+            Reason.MANIFEST_MISSING,
+            Reason.MANIFEST_TOO_LARGE,
+        )
+        man = parse_manifest(raw)
+    except FormatError as e:
+        ctx.fatal("manifest", e, Reason.MANIFEST_MALFORMED)
+    if raw != man.to_bytes():
+        ctx.fail("manifest", Reason.MANIFEST_MALFORMED, "manifest.json is not canonical JSON")
+    ctx.man = man
+    m = man.raw
+    ctx.rep.job_id, ctx.rep.worker_key, ctx.rep.transcript_root = (
+        m["job_id"],
+        m["worker_key"],
+        m["transcript_root"],
+    )
+    ctx.rep.passed("manifest")
+
+
+def check_transcript_root(ctx: Context) -> None:
+    """§11.1: the transcript root is recomputed from the manifest's entries."""
+    if not digests_equal(transcript_root(ctx.man.raw), ctx.man.transcript_root):
+        ctx.fail(
+            "transcript_root",
+            Reason.TRANSCRIPT_ROOT_MISMATCH,
+            "transcript_root does not match the manifest's entries",
+        )
+    ctx.rep.passed("transcript_root")
+
+
+def check_signature(ctx: Context) -> None:
+    """§11.3-§11.4: ``signature.hex`` is 128 lowercase hex characters and verifies."""
+    try:
+        raw = read_bounded(
+            ctx.bundle / "signature.hex",
+            MAX_SIGNATURE_FILE,
+            Reason.SIGNATURE_MISSING,
+            Reason.SIGNATURE_INVALID,
+        )
+    except FormatError as e:
+        ctx.fatal("signature", e, Reason.SIGNATURE_INVALID)
+    text = raw[:-1] if raw.endswith(b"\n") else raw
+    try:
+        sig = parse_hex_digest(text.decode("ascii"), what="signature.hex", nbytes=64)
+    except (FormatError, UnicodeDecodeError):
+        ctx.fail(
+            "signature",
+            Reason.SIGNATURE_INVALID,
+            "signature.hex must be 128 lowercase hex characters",
+        )
+    man = ctx.man
+    digest = signing_digest(man.job_id, man.transcript_root, man.worker_key)
+    if not VerifyKey(man.worker_key).verify(sig, digest):
+        ctx.fail("signature", Reason.SIGNATURE_INVALID, "Ed25519 signature does not verify")
+    ctx.rep.passed("signature")
+
+
+def check_job_binding(ctx: Context) -> None:
+    """§12.2: the bundle is for this job (``job_id``) and signed by the named worker."""
+    if not digests_equal(ctx.man.job_id, ctx.job.job_id):
+        ctx.fail("job", Reason.JOB_MISMATCH, "bundle is for a different job (job_id differs)")
+    expected = ctx.opts.worker or ctx.job.pol.get("worker") or ""
+    if expected and expected != ctx.man.raw["worker_key"]:
+        ctx.fail(
+            "worker",
+            Reason.WORKER_MISMATCH,
+            "bundle is signed by another worker than the job names",
+        )
+    ctx.rep.passed("job")
+
+
+def check_challenged_root(ctx: Context) -> None:
+    """§12.1: a challenge pins the root committed before the beacon; any other root is a
+    re-commitment after the beacon (``ROOT_NOT_CHALLENGED``)."""
+    pinned = ctx.opts.root
+    if pinned is None:
+        return
+    ctx.rep.challenged_root = pinned.hex()
+    if not digests_equal(pinned, ctx.man.transcript_root):
+        ctx.fail(
+            "challenge",
+            Reason.ROOT_NOT_CHALLENGED,
+            f"bundle's transcript root {ctx.man.raw['transcript_root'][:16]}… is not the "
+            f"challenged root {pinned.hex()[:16]}…",
+        )
+    ctx.rep.passed("challenge")
+
+
+def check_structure(ctx: Context) -> None:
+    """§11.1: checkpoint steps are ``0, k, …, steps`` and intervals span them."""
+    m, job = ctx.man.raw, ctx.job
+    steps = job.checkpoint_steps()
+    got = [c["step"] for c in m["checkpoints"]]
+    if m["interval"] != job.interval or m["steps"] != job.steps or got != steps:
+        ctx.fail(
+            "structure",
+            Reason.TRANSCRIPT_MALFORMED,
+            "checkpoint steps are not 0, k, 2k, …, steps of the job",
+        )
+    for i, iv in enumerate(m["intervals"]):
+        if (iv["start_step"], iv["end_step"]) != (steps[i], steps[i + 1]):
+            ctx.fail(
+                "structure",
+                Reason.TRANSCRIPT_MALFORMED,
+                f"interval {i} has the wrong step range",
+                i,
+            )
+    ctx.rep.passed("structure")
+
+
+def check_paths(ctx: Context) -> None:
+    """§11.2: every blob is named ``blobs/<root>.safetensors``."""
+    for ck in ctx.man.raw["checkpoints"]:
+        if ck["blob"] != blob_name(bytes.fromhex(ck["root"])):
+            ctx.fail(
+                "paths",
+                Reason.BAD_PATH,
+                f"checkpoint {ck['index']} names blob {ck['blob']!r}; "
+                "blobs must be blobs/<root>.safetensors",
+            )
+    ctx.rep.passed("paths")
+
+
+# -- §12.2 step 2: data and checkpoint 0 ------------------------------------------------------
+
+
+def check_data(ctx: Context) -> None:
+    """§7: the bundle's data root is the job's; the verifier holds that data.
+
+    The worker's side comes first: a bundle whose data root differs from the root the job pins
+    is ``DATA_MISMATCH`` whatever the verifier holds. The verifier's side: data it cannot load
+    or whose root is not the job's is ``DATA_UNAVAILABLE`` (or ``DECODER_MISMATCH``), which
+    makes the report inconclusive. A job that pins no root lets the verifier's data stand for
+    it; a difference is then inconclusive too (nobody can say whose copy is right).
+    """
+    job, man = ctx.job, ctx.man
+    pinned = job.data.get("root", "")
+    if pinned and pinned != man.raw["data_root"]:
+        ctx.fail("data", Reason.DATA_MISMATCH, "the bundle's data root is not the job's")
+    try:
+        ds = ctx.opts.dataset if ctx.opts.dataset is not None else load_dataset(job)
+    except FormatError as e:
+        code = Reason.DECODER_MISMATCH if e.reason == "DECODER_MISMATCH" else None
+        ctx.fail("data", code or Reason.DATA_UNAVAILABLE, f"the verifier's data: {e}")
+    droot = ds.root()
+    if not digests_equal(droot, man.data_root):
+        ctx.fail(
+            "data",
+            Reason.DATA_UNAVAILABLE,
+            "the verifier's copy of the data has another root than the "
+            + ("job's" if pinned else "bundle's (the job pins none)"),
+        )
+    ctx.ds = ds
+    ctx.rep.passed("data")
+
+
+def check_init(ctx: Context) -> None:
+    """§10.2: checkpoint 0 is the job's initial weights (zk: with the circuit's digest)."""
+    job = ctx.job
+    try:  # a job whose model or batch size does not fit its own data can have no honest bundle
+        check_dims(job, ctx.ds)
+        ctx.sampler = job_sampler(job, len(ctx.ds))
+    except FormatError as e:
+        ctx.fatal("job", e, Reason.JOB_MALFORMED)
+    if job.mode == "zk":  # the verifier's own circuit (SPEC IV); needs the zk extra
+        from dk.verifier import zk
+
+        try:
+            ctx.circ = zk.load_circuit(job)
+        except (BackendUnavailable, ImportError) as e:
+            ctx.fail("zk", Reason.BACKEND_UNAVAILABLE, str(e))
+        except FormatError as e:
+            ctx.fatal("zk", e, Reason.ZK_SRS_UNAVAILABLE)
+        ctx.rep.srs = {"sha256": ctx.circ.srs.sha256, "kind": ctx.circ.srs.kind}
+    init_ck = initial_checkpoint(job, ctx.sampler.steps_per_epoch)
+    if ctx.circ is not None:
+        from dk.verifier import zk
+
+        init_ck.update(zk.init_extra(job, ctx.circ))
+    init_root = checkpoint_root(init_ck)
+    if not digests_equal(init_root, bytes.fromhex(ctx.man.raw["checkpoints"][0]["root"])) or (
+        job.pol["init_root"] and job.pol["init_root"] != init_root.hex()
+    ):
+        ctx.fail("init", Reason.INIT_MISMATCH, "checkpoint 0 is not the job's initial weights")
+    ctx.rep.passed("init")
+
+
+# -- §12.2 step 3: batch commitments ----------------------------------------------------------
+
+
+def check_batches(ctx: Context) -> None:
+    """§8.2: every interval's batch commitment is the job's sampler order."""
+    for iv in ctx.man.raw["intervals"]:
+        want = ctx.sampler.batch_commitment(iv["index"], iv["start_step"], iv["end_step"])
+        if not digests_equal(want, bytes.fromhex(iv["batch_commitment"])):
+            ctx.fail(
+                "batches",
+                Reason.BATCH_MISMATCH,
+                f"interval {iv['index']} batch commitment is not the job's sampler order",
+                iv["index"],
+            )
+    ctx.rep.passed("batches")
+
+
+# -- §12.2 step 4: the challenge --------------------------------------------------------------
+
+
+def challenge(ctx: Context) -> None:
+    """§12.1: derive the challenged intervals from the root and the beacon."""
+    rep, opts, ivs = ctx.rep, ctx.opts, ctx.man.raw["intervals"]
+    n = len(ivs)
+    beacon, src = (opts.beacon, "given") if opts.beacon is not None else (os.urandom(32), "nonce")
+    rep.beacon = beacon.hex()
+    s = (
+        opts.samples
+        if opts.samples is not None
+        else samples_for(n, opts.skipped_fraction, opts.detect)
+    )
+    norms = [float(iv["update_norm"]) for iv in ivs]
+    epochs = [iv["start_step"] // ctx.sampler.steps_per_epoch for iv in ivs]
+    ctx.chal = derive_challenge(ctx.man.transcript_root, beacon, norms, epochs, s, opts.topq)
+    rep.challenged = ctx.chal
+    rep.figures.update(
+        {
+            "intervals": n,
+            "samples": min(s, n),
+            "topq": opts.topq,
+            "beacon_source": "verifier-nonce" if src == "nonce" else "given",
+            "skipped_fraction": opts.skipped_fraction,
+            "detection_probability": round(detection_probability(n, s, opts.skipped_fraction), 6),
+        }
+    )
+
+
+# -- §12.2 step 5: blobs against their commitments --------------------------------------------
+
+
+def fetched_checkpoints(ctx: Context) -> tuple[set[int], set[int]]:
+    """(checkpoints to fetch and check, checkpoints whose tensors later steps need).
+
+    ``challenged`` integrity fetches both ends of every challenged interval: the start to
+    replay from, the end to check the claimed update norm (and, in tolerant and zk mode, to
+    judge the replay). ``all`` fetches every checkpoint (archival audits).
+    """
+    chal = ctx.chal
+    ends = {i + 1 for i in chal}
+    needed = set(chal) | (ends if ctx.job.mode == "tolerant" or ctx.circ is not None else set())
+    if ctx.opts.integrity == "all":
+        return set(range(len(ctx.man.raw["checkpoints"]))), needed
+    return set(chal) | ends, needed
+
+
+def check_blob(ctx: Context, ck: Mapping[str, Any], prev: Tensors | None) -> Tensors:
+    """§10.1-§10.3, §11.1: one checkpoint against its commitment, schema, step, hyperparameters
+    and (when its predecessor was fetched too) the claimed update norm of the interval."""
+    j, step = ck["index"], ck["step"]
+    try:
+        data = read_blob_file(ctx.bundle / ck["blob"])
+        ctx.rep.figures["bytes_read"] = ctx.rep.figures.get("bytes_read", 0) + len(data)
+        if len(data) != ck["nbytes"]:  # SPEC §11.2: nbytes is the blob's exact size
+            raise FormatError(
+                f"checkpoint {j}: blob is {len(data)} bytes, the manifest says {ck['nbytes']}",
+                reason="BLOB_MALFORMED",
+            )
+        tensors = parse_blob(data)
+    except FormatError as e:
+        ctx.fatal("blobs", e, Reason.BLOB_MALFORMED)
+    if not digests_equal(checkpoint_root(tensors), bytes.fromhex(ck["root"])):
+        ctx.fail(
+            "blobs",
+            Reason.COMMITMENT_MISMATCH,
+            f"checkpoint {j} does not hash to its committed root",
+        )
+    try:
+        check_schema(ctx.job, step, tensors)
+    except FormatError as e:
+        ctx.fatal("blobs", e, Reason.SHAPE_MISMATCH)
+    e_, p_ = divmod(step, ctx.sampler.steps_per_epoch)
+    if int(tensors["meta/step"]) != step or tensors["sampler/state"].tolist() != [e_, p_]:
+        ctx.fail("blobs", Reason.STEP_MISMATCH, f"checkpoint {j} holds the state of another step")
+    for k, v in hparam_tensors(ctx.job).items():
+        if tensors[k].tobytes() != v.tobytes():
+            ctx.fail(
+                "hparams", Reason.HPARAM_MISMATCH, f"checkpoint {j}: {k} is not the job's value"
+            )
+    if prev is not None:
+        claimed = float(ctx.man.raw["intervals"][j - 1]["update_norm"])
+        actual = update_norm(prev, tensors)
+        if abs(claimed - actual) > NORM_RTOL * max(abs(actual), 1e-30):
+            ctx.fail(
+                "metadata",
+                Reason.METADATA_MISMATCH,
+                f"interval {j - 1} claims update norm {claimed:.6g}, checkpoints give {actual:.6g}",
+                j - 1,
+            )
+    if ctx.circ is not None:
+        from dk.verifier import zk
+
+        digest = zk.checkpoint_digest(ctx.circ, tensors)
+        if digest is None:
+            ctx.fail(
+                "zk",
+                Reason.ZK_INSTANCE_MISMATCH,
+                f"checkpoint {j}: zk/params_digest is not the digest of its weights",
+            )
+        ctx.zk_digests[j] = digest
+    return tensors
+
+
+def check_blobs(ctx: Context) -> None:
+    """§12.2 step 5: fetch and check the checkpoints the integrity mode names."""
+    fetch, needed = fetched_checkpoints(ctx)
+    ctx.rep.figures.update(
+        integrity=ctx.opts.integrity, checkpoints_checked=len(fetch), bytes_read=0
+    )
+    if ctx.job.mode == "exact" and ctx.job.pol["backend"] == "torch":  # SPEC §12.3
+        ctx.rep.flags.append("same-machine-only")
+    prev: Tensors | None = None
+    for ck in ctx.man.raw["checkpoints"]:
+        j = ck["index"]
+        if j not in fetch:
+            prev = None
+            continue
+        tensors = check_blob(ctx, ck, prev)
+        if j in needed:
+            ctx.held[j] = tensors
+        prev = tensors
+    for name in ("blobs", "hparams", "metadata"):
+        ctx.rep.passed(name)
+
+
+# -- §12.2 step 6: replay, or zk proofs instead of replay -------------------------------------
+
+
+def check_replay(ctx: Context) -> None:
+    """§12.3 (or Part IV §9.5 in zk mode): judge every challenged interval."""
+    if not ctx.opts.replay:
+        ctx.rep.checks["replay"] = "skip"
+        return
+    if ctx.circ is not None:
+        from dk.verifier import zk
+
+        zk.verify_proofs(
+            ctx.rep,
+            ctx.bundle,
+            ctx.circ,
+            ctx.job,
+            ctx.man.raw,
+            ctx.chal,
+            ctx.zk_digests,
+            ctx.sampler,
+            ctx.ds,
+        )
+        return
+    from dk.verifier.replay import replay_challenged
+
+    replay_challenged(
+        ctx.rep,
+        ctx.job,
+        ctx.ds,
+        ctx.man,
+        ctx.chal,
+        ctx.held,
+        ctx.opts.workers,
+        ctx.opts.executor,
+    )
+
+
+#: SPEC §12.2, in its normative order: the first failing check gives the first reason code.
+CHECKS: tuple[Callable[[Context], None], ...] = (
+    check_inputs,
+    check_manifest,
+    check_transcript_root,
+    check_signature,
+    check_job_binding,
+    check_challenged_root,
+    check_structure,
+    check_paths,
+    check_data,
+    check_init,
+    check_batches,
+    challenge,
+    check_blobs,
+    check_replay,
+)
 
 
 def verify_bundle(
@@ -74,6 +519,7 @@ def verify_bundle(
     job: JobSpec | str | os.PathLike[str],
     *,
     beacon: bytes | None = None,
+    root: bytes | None = None,
     samples: int | None = None,
     topq: int = 1,
     workers: int = 1,
@@ -81,8 +527,10 @@ def verify_bundle(
     detect: float = 0.99,
     worker: str | None = None,
     dataset: Dataset | None = None,
-    integrity: str = "all",
+    data: str | os.PathLike[str] | None = None,
+    integrity: str = "challenged",
     replay: bool = True,
+    executor: Any = None,
 ) -> Report:
     """Verify a bundle against a job; never raises on bad input.
 
@@ -91,6 +539,8 @@ def verify_bundle(
         job: the job (or path to ``job.toml``) the consumer published.
         beacon: entropy fixed after the worker committed (a verifier nonce or the market
             ledger head). ``None`` draws a fresh 32-byte nonce from the OS.
+        root: the transcript root the challenge was issued for (``dk challenge`` records it);
+            a bundle with another root is rejected with ``ROOT_NOT_CHALLENGED`` (SPEC §12.1).
         samples: uniform interval samples ``s``; ``None`` picks the smallest ``s`` that detects
             a worker who skipped ``skipped_fraction`` of the intervals with probability
             ``detect``.
@@ -100,37 +550,44 @@ def verify_bundle(
         detect: target detection probability when ``samples`` is ``None``.
         worker: hex public key the bundle must be signed by (default: the job's
             ``pol.worker``, if set).
-        dataset: the verifier's copy of the data (default: load what the job names).
-        integrity: ``"all"`` checks every blob against its commitment (default);
-            ``"challenged"`` fetches and checks only the checkpoints the challenge needs, as a
-            verifier of a remote bundle would (DESIGN §4); the report says which was done.
+        dataset: the verifier's copy of the data, loaded (default: load what the job names).
+        data: the path of the verifier's copy of the data (replaces the job's ``data.path``,
+            which is not hashed).
+        integrity: ``"challenged"`` (default) fetches and checks only the checkpoints the
+            challenge needs, as a verifier of a remote bundle would (DESIGN §4); ``"all"``
+            checks every blob (archival audits). The report says which was done.
         replay: False stops after deriving the challenge and checking integrity (what
             ``dk challenge`` does); the report's ``replay`` check is then ``"skip"``.
+        executor: where the replays run instead of ``workers`` local processes, e.g.
+            :class:`dk.verifier.executors.RayExecutor` (SPEC §12.5). The report is the same.
 
     Returns:
-        The :class:`Report` (``report.ok`` is the verdict).
+        The :class:`Report`: ``report.verdict`` is ``accept``, ``reject`` or ``inconclusive``.
     """
     rep = Report()
     t_wall, t_cpu = time.perf_counter(), time.process_time()
+    if integrity not in INTEGRITY:
+        raise ValueError("integrity must be 'all' or 'challenged'")
+    opts = Options(
+        beacon=beacon,
+        root=root,
+        samples=samples,
+        topq=topq,
+        workers=workers,
+        skipped_fraction=skipped_fraction,
+        detect=detect,
+        worker=worker,
+        dataset=dataset,
+        data=Path(data) if data is not None else None,
+        integrity=integrity,
+        replay=replay,
+        executor=executor,
+    )
+    ctx = Context(rep, Path(bundle), job, opts)
     try:
-        if integrity not in ("all", "challenged"):
-            raise ValueError("integrity must be 'all' or 'challenged'")
-        _verify(
-            rep,
-            Path(bundle),
-            job,
-            beacon,
-            samples,
-            topq,
-            workers,
-            skipped_fraction,
-            detect,
-            worker,
-            dataset,
-            integrity,
-            replay,
-        )
-    except _Reject:
+        for check in CHECKS:
+            check(ctx)
+    except Stop:
         pass
     except Exception as e:  # totality: a bug or an unforeseen input still yields a report
         rep.fail("internal", Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
@@ -139,295 +596,3 @@ def verify_bundle(
         time.process_time() - t_cpu + rep.figures.get("replay_cpu_s_workers", 0.0), 4
     )
     return rep
-
-
-def _verify(
-    rep: Report,
-    bundle: Path,
-    job_in: Any,
-    beacon: bytes | None,
-    samples: int | None,
-    topq: int,
-    workers: int,
-    f: float,
-    detect: float,
-    worker: str | None,
-    dataset: Dataset | None,
-    integrity: str = "all",
-    replay: bool = True,
-) -> None:
-    # 1. inputs --------------------------------------------------------------------------
-    if not bundle.is_dir():
-        rep.fail("bundle", Reason.BUNDLE_NOT_FOUND, f"bundle directory not found: {bundle}")
-        raise _Reject
-    try:
-        job = as_job(job_in)
-    except FormatError as e:
-        _fatal(rep, "job", e, Reason.JOB_MALFORMED)
-    rep.mode = job.mode
-    try:
-        raw_manifest = _read_bounded(
-            bundle / "manifest.json",
-            MAX_MANIFEST_BYTES,
-            Reason.MANIFEST_MISSING,
-            Reason.MANIFEST_TOO_LARGE,
-        )
-        man: Manifest = parse_manifest(raw_manifest)
-    except FormatError as e:
-        _fatal(rep, "manifest", e, Reason.MANIFEST_MALFORMED)
-    if raw_manifest != man.to_bytes():  # SPEC §11.2: the manifest is canonical JSON
-        rep.fail("manifest", Reason.MANIFEST_MALFORMED, "manifest.json is not canonical JSON")
-        raise _Reject
-    rep.passed("manifest")
-    m = man.raw
-    rep.job_id, rep.worker_key, rep.transcript_root = (
-        m["job_id"],
-        m["worker_key"],
-        m["transcript_root"],
-    )
-
-    # 2. transcript root and signature ---------------------------------------------------
-    if not digests_equal(transcript_root(m), man.transcript_root):
-        rep.fail(
-            "transcript_root",
-            Reason.TRANSCRIPT_ROOT_MISMATCH,
-            "transcript_root does not match the manifest's entries",
-        )
-        raise _Reject
-    rep.passed("transcript_root")
-    try:
-        sig_raw = _read_bounded(
-            bundle / "signature.hex",
-            MAX_SIGNATURE_FILE,
-            Reason.SIGNATURE_MISSING,
-            Reason.SIGNATURE_INVALID,
-        )
-    except FormatError as e:
-        _fatal(rep, "signature", e, Reason.SIGNATURE_INVALID)
-    sig_text = sig_raw[:-1] if sig_raw.endswith(b"\n") else sig_raw
-    if len(sig_text) != 128 or not set(sig_text) <= set(b"0123456789abcdef"):  # SPEC §11.3
-        rep.fail(
-            "signature",
-            Reason.SIGNATURE_INVALID,
-            "signature.hex must be 128 lowercase hex characters",
-        )
-        raise _Reject
-    sig = bytes.fromhex(sig_text.decode("ascii"))
-    key = VerifyKey(man.worker_key)
-    if not key.verify(sig, signing_digest(man.job_id, man.transcript_root, man.worker_key)):
-        rep.fail("signature", Reason.SIGNATURE_INVALID, "Ed25519 signature does not verify")
-        raise _Reject
-    rep.passed("signature")
-
-    # 3. job binding ---------------------------------------------------------------------
-    if not digests_equal(man.job_id, job.job_id):
-        rep.fail("job", Reason.JOB_MISMATCH, "bundle is for a different job (job_id differs)")
-        raise _Reject
-    expected_worker = worker or job.pol.get("worker") or ""
-    if expected_worker and expected_worker != m["worker_key"]:
-        rep.fail(
-            "worker",
-            Reason.WORKER_MISMATCH,
-            "bundle is signed by another worker than the job names",
-        )
-        raise _Reject
-    steps_expected = job.checkpoint_steps()
-    got_steps = [c["step"] for c in m["checkpoints"]]
-    if m["interval"] != job.interval or m["steps"] != job.steps or got_steps != steps_expected:
-        rep.fail(
-            "structure",
-            Reason.TRANSCRIPT_MALFORMED,
-            "checkpoint steps are not 0, k, 2k, …, steps of the job",
-        )
-        raise _Reject
-    for i, iv in enumerate(m["intervals"]):
-        if (iv["start_step"], iv["end_step"]) != (steps_expected[i], steps_expected[i + 1]):
-            rep.fail(
-                "structure",
-                Reason.TRANSCRIPT_MALFORMED,
-                f"interval {i} has the wrong step range",
-                i,
-            )
-            raise _Reject
-    for ck in m["checkpoints"]:
-        if ck["blob"] != blob_name(bytes.fromhex(ck["root"])):
-            rep.fail(
-                "paths",
-                Reason.BAD_PATH,
-                f"checkpoint {ck['index']} names blob {ck['blob']!r}; "
-                "blobs must be blobs/<root>.safetensors",
-            )
-            raise _Reject
-    rep.passed("job")
-    rep.passed("structure")
-    rep.passed("paths")
-
-    # 4. data and initial weights ----------------------------------------------------------
-    try:
-        ds = dataset if dataset is not None else load_dataset(job)
-    except FormatError as e:
-        _fatal(rep, "data", e, Reason.DATA_MISMATCH)
-    droot = ds.root()
-    if not digests_equal(droot, man.data_root) or (
-        job.data["root"] and job.data["root"] != droot.hex()
-    ):
-        rep.fail(
-            "data", Reason.DATA_MISMATCH, "data root differs between bundle, job and local data"
-        )
-        raise _Reject
-    rep.passed("data")
-    try:  # a job whose model or batch size does not fit its own data can have no honest bundle
-        check_dims(job, ds)
-        sampler = job_sampler(job, len(ds))
-    except FormatError as e:
-        _fatal(rep, "job", e, Reason.JOB_MALFORMED)
-    circ = None
-    if job.mode == "zk":  # the verifier's own circuit (SPEC IV); needs the zk extra
-        from dk.verifier import zk
-
-        try:
-            circ = zk.load_circuit(job)
-        except (BackendUnavailable, ImportError) as e:
-            rep.fail("zk", Reason.BACKEND_UNAVAILABLE, str(e))
-            raise _Reject from None
-    init_ck = initial_checkpoint(job, sampler.steps_per_epoch)
-    if circ is not None:
-        init_ck.update(zk.init_extra(job, circ))
-    init_root = checkpoint_root(init_ck)
-    if not digests_equal(init_root, bytes.fromhex(m["checkpoints"][0]["root"])) or (
-        job.pol["init_root"] and job.pol["init_root"] != init_root.hex()
-    ):
-        rep.fail("init", Reason.INIT_MISMATCH, "checkpoint 0 is not the job's initial weights")
-        raise _Reject
-    rep.passed("init")
-
-    # 5. batch commitments ---------------------------------------------------------------------
-    for iv in m["intervals"]:
-        want = sampler.batch_commitment(iv["index"], iv["start_step"], iv["end_step"])
-        if not digests_equal(want, bytes.fromhex(iv["batch_commitment"])):
-            rep.fail(
-                "batches",
-                Reason.BATCH_MISMATCH,
-                f"interval {iv['index']} batch commitment is not the job's sampler order",
-                iv["index"],
-            )
-            raise _Reject
-    rep.passed("batches")
-
-    # 6. challenge ------------------------------------------------------------------------------
-    n_iv = len(m["intervals"])
-    if beacon is None:
-        beacon, src = os.urandom(32), "verifier-nonce"
-    else:
-        src = "given"
-    rep.beacon = beacon.hex()
-    s = samples if samples is not None else samples_for(n_iv, f, detect)
-    norms = [float(iv["update_norm"]) for iv in m["intervals"]]
-    epochs = [iv["start_step"] // sampler.steps_per_epoch for iv in m["intervals"]]
-    chal = derive_challenge(man.transcript_root, beacon, norms, epochs, s, topq)
-    rep.challenged = chal
-    rep.figures.update(
-        {
-            "intervals": n_iv,
-            "samples": min(s, n_iv),
-            "topq": topq,
-            "beacon_source": src,
-            "skipped_fraction": f,
-            "detection_probability": round(detection_probability(n_iv, s, f), 6),
-        }
-    )
-
-    # 7. blobs against their commitments (every one, or those the challenge needs) ----------------
-    tolerant = job.mode == "tolerant"
-    needed = set(chal) | ({i + 1 for i in chal} if tolerant or circ is not None else set())
-    fetch = (
-        set(range(len(m["checkpoints"]))) if integrity == "all" else needed | {i + 1 for i in chal}
-    )
-    rep.figures["integrity"] = integrity
-    if job.mode == "exact" and job.pol["backend"] == "torch":  # SPEC §12.3
-        rep.flags.append("same-machine-only")
-    rep.figures["checkpoints_checked"] = len(fetch)
-    held: dict[int, dict[str, np.ndarray]] = {}
-    zk_digests: dict[int, str] = {}
-    prev: Mapping[str, np.ndarray] | None = None
-    hp = hparam_tensors(job)
-    nbytes = 0
-    for ck in m["checkpoints"]:
-        j, step = ck["index"], ck["step"]
-        if j not in fetch:
-            prev = None
-            continue
-        try:
-            data = read_blob_file(bundle / ck["blob"])
-            nbytes += len(data)
-            rep.figures["bytes_read"] = nbytes
-            if len(data) != ck["nbytes"]:  # SPEC §11.2: nbytes is the blob's exact size
-                raise FormatError(
-                    f"checkpoint {j}: blob is {len(data)} bytes, the manifest says {ck['nbytes']}",
-                    reason="BLOB_MALFORMED",
-                )
-            tensors = parse_blob(data)
-        except FormatError as e:
-            _fatal(rep, "blobs", e, Reason.BLOB_MALFORMED)
-        if not digests_equal(checkpoint_root(tensors), bytes.fromhex(ck["root"])):
-            rep.fail(
-                "blobs",
-                Reason.COMMITMENT_MISMATCH,
-                f"checkpoint {j} does not hash to its committed root",
-            )
-            raise _Reject
-        try:
-            check_schema(job, step, tensors)
-        except FormatError as e:
-            _fatal(rep, "blobs", e, Reason.SHAPE_MISMATCH)
-        e_, p_ = divmod(step, sampler.steps_per_epoch)
-        if int(tensors["meta/step"]) != step or tensors["sampler/state"].tolist() != [e_, p_]:
-            rep.fail(
-                "blobs", Reason.STEP_MISMATCH, f"checkpoint {j} holds the state of another step"
-            )
-            raise _Reject
-        for k, v in hp.items():
-            if tensors[k].tobytes() != v.tobytes():
-                rep.fail(
-                    "hparams", Reason.HPARAM_MISMATCH, f"checkpoint {j}: {k} is not the job's value"
-                )
-                raise _Reject
-        if prev is not None:
-            claimed = float(m["intervals"][j - 1]["update_norm"])
-            actual = update_norm(prev, tensors)
-            if abs(claimed - actual) > NORM_RTOL * max(abs(actual), 1e-30):
-                rep.fail(
-                    "metadata",
-                    Reason.METADATA_MISMATCH,
-                    f"interval {j - 1} claims update norm {claimed:.6g}, "
-                    f"checkpoints give {actual:.6g}",
-                    j - 1,
-                )
-                raise _Reject
-        if circ is not None and (zk_digest := zk.checkpoint_digest(circ, tensors)) is None:
-            rep.fail(
-                "zk",
-                Reason.ZK_INSTANCE_MISMATCH,
-                f"checkpoint {j}: zk/params_digest is not the digest of its weights",
-            )
-            raise _Reject
-        if j in needed:
-            held[j] = tensors
-            if circ is not None:
-                zk_digests[j] = zk_digest
-        prev = tensors
-    rep.figures["bytes_read"] = nbytes
-    rep.passed("blobs")
-    rep.passed("hparams")
-    rep.passed("metadata")
-
-    # 8. replay, or zk proofs instead of replay -----------------------------------------------
-    if not replay:
-        rep.checks["replay"] = "skip"
-        return
-    if circ is not None:
-        zk.verify_proofs(rep, bundle, circ, m, chal, zk_digests, sampler, ds)
-        return
-    from dk.verifier.replay import replay_challenged
-
-    replay_challenged(rep, bundle, job, ds, m, chal, held, workers)

@@ -30,14 +30,39 @@ def proof_file(interval: int) -> str:
 
 
 def load_circuit(job: Any) -> Any:
-    """The verifier's own step circuit for the job."""
+    """The verifier's own step circuit for the job, with an SRS the job accepts.
+
+    Raises:
+        BackendUnavailable: without the zk extra.
+        FormatError: ``JOB_MALFORMED`` when the job names no SRS; ``ZK_SRS_UNAVAILABLE`` when
+            the verifier's SRS is not the one the job accepts (SPEC IV §5).
+    """
     try:
         from dk.circuits.session import circuit_for_job
     except ImportError as e:
         raise BackendUnavailable(
             f"zk-mode verification needs the zk extra (pip install 'dk-pol[zk]'): {e}"
         ) from None
-    return circuit_for_job(job)
+    want = accepted_srs(job)
+    if not want:
+        raise FormatError(
+            "job: a zk job must name the SRS it accepts (pol.zk.srs = '<sha256>' or 'local')",
+            reason="JOB_MALFORMED",
+        )
+    from dk.circuits.reasons import CircuitError
+
+    try:
+        circ = circuit_for_job(job)
+    except CircuitError as e:
+        if e.reason != "ZK_SRS_MISMATCH":
+            raise
+        raise FormatError(f"the verifier's SRS: {e}", reason="ZK_SRS_UNAVAILABLE") from None
+    if want != "local" and circ.srs.sha256 != want:
+        raise FormatError(
+            f"the verifier's SRS has SHA-256 {circ.srs.sha256}; the job accepts only {want}",
+            reason="ZK_SRS_UNAVAILABLE",
+        )
+    return circ
 
 
 def init_extra(job: Any, circ: Any) -> dict[str, np.ndarray]:
@@ -72,10 +97,16 @@ def proof_index(m: dict[str, Any]) -> dict[int, str]:
     return out
 
 
+def accepted_srs(job: Any) -> str:
+    """What SRS the job accepts (SPEC IV §5): a SHA-256 hex digest, or ``"local"``."""
+    return str(job.pol.get("zk", {}).get("srs", ""))
+
+
 def verify_proofs(
     rep: Report,
     bundle: Path,
     circ: Any,
+    job: Any,
     m: dict[str, Any],
     chal: list[int],
     digests: dict[int, str],
@@ -114,7 +145,11 @@ def verify_proofs(
             if flag not in rep.flags:
                 rep.flags.append(flag)
         if not res.ok:
-            code = Reason.__members__.get(res.reason.value, Reason.ZK_PROOF_INVALID)
+            code = Reason(Reason.__members__.get(res.reason.value, Reason.ZK_PROOF_INVALID))
+            if code is Reason.ZK_SRS_MISMATCH and accepted_srs(job) == "local":
+                # The job accepts any local SRS: the worker's is as good as the verifier's,
+                # which simply lacks the worker's file. Not the worker's fault (SPEC IV §5).
+                code = Reason.ZK_SRS_UNAVAILABLE
             rep.fail("zk", code, f"interval {i}: {res.detail}", i)
         steps += b - a
     rep.figures["proven_steps_checked"] = steps

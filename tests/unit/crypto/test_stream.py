@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 
-from dk.crypto.hashing import TAG_STREAM, tagged_hash, u64
+from dk.crypto.hashing import u64
 from dk.crypto.stream import (
     WordReader,
     keystream,
@@ -17,6 +19,12 @@ from dk.crypto.stream import (
 )
 
 KEY = stream_key("test", 7, b"label")
+
+
+def _sha_tagged(tag: bytes, data: bytes) -> bytes:
+    """SPEC §2 from the text, with hashlib alone (not dk's tagged_hash or its tag constants)."""
+    return hashlib.sha256(bytes([len(tag)]) + tag + data).digest()
+
 
 # RFC 8439 appendix A.1, test vectors #1 and #2: all-zero key and nonce, block counters 0 and 1.
 RFC8439_BLOCK0 = bytes.fromhex(
@@ -36,7 +44,9 @@ def test_keystream_is_rfc8439_chacha20() -> None:
 
 
 def test_stream_key_layout_and_separation() -> None:
-    assert KEY == tagged_hash(TAG_STREAM, bytes([4]), b"test", u64(7), b"label")
+    # SPEC §5.1: u8(len(purpose)) || purpose || u64(index) || label, under "dk/v1/stream".
+    want = _sha_tagged(b"dk/v1/stream", b"\x04test" + (7).to_bytes(8, "little") + b"label")
+    assert KEY == want
     keys = {
         stream_key("test", 7, b"label"),
         stream_key("test", 8, b"label"),

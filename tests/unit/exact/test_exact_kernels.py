@@ -22,7 +22,7 @@ BLOCK = 32
 
 @pytest.fixture
 def rng() -> np.random.Generator:
-    return np.random.default_rng()
+    return np.random.default_rng(20261124)  # seeded: a failure reproduces
 
 
 def _gamma(k: int) -> float:

@@ -24,7 +24,7 @@ def _apply(fn, xs: np.ndarray) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def rng() -> np.random.Generator:
-    return np.random.default_rng()  # fresh inputs every run
+    return np.random.default_rng(20261123)  # seeded: a failure reproduces
 
 
 def test_exp_within_one_ulp(rng: np.random.Generator) -> None:

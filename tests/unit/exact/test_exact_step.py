@@ -20,7 +20,7 @@ STEP_RTOL = 2e-6
 def test_steps_match_float64_reference(name: str) -> None:
     model, opt, loss = CASES[name]
     tr = ExactTrainer(model, opt, loss)
-    seed = int(np.random.default_rng().integers(1 << 30))
+    seed = 1 + sorted(CASES).index(name) * 7919  # seeded per case: a failure reproduces
     params = init_params(model, seed % 1000)
     p64, state, s64 = {k: v.copy() for k, v in params.items()}, {}, {}
     for s in range(3):
@@ -40,7 +40,7 @@ def test_float_targets_for_mse() -> None:
     tr = ExactTrainer(model, opt, "mse")
     params = init_params(model, 1)
     p64, state, s64 = {k: v.copy() for k, v in params.items()}, {}, {}
-    rng = np.random.default_rng()
+    rng = np.random.default_rng(20261125)
     x = rng.standard_normal((8, 20)).astype(np.float32)
     y = rng.standard_normal((8, 5)).astype(np.float32)
     assert (

@@ -51,12 +51,21 @@ class FakeReport:
     ok: bool
     payload: dict[str, Any]
     reasons: list[FakeReason] = field(default_factory=list)
+    verdict_: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        return self.verdict_ or ("accept" if self.ok else "reject")
+
+    @property
+    def codes(self) -> list[str]:
+        return [r.code for r in self.reasons]
 
     def digest(self) -> bytes:
         return hashlib.sha256(json.dumps(self.payload, sort_keys=True).encode()).digest()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, **self.payload}
+        return {"ok": self.ok, "verdict": self.verdict, **self.payload}
 
 
 @dataclass
@@ -64,88 +73,220 @@ class FakeJob:
     job_id: bytes
 
 
-def fake_verify(bundle_dir: Path, job: Any, *, beacon: bytes, samples: int, topq: int,
-                workers: int = 1) -> FakeReport:
+def fake_verify(
+    bundle_dir: Path, job: Any, *, beacon: bytes, samples: int, topq: int, workers: int = 1
+) -> FakeReport:
     """Accepts a bundle unless its manifest says ``"forged": true``."""
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    payload = {"root": manifest["transcript_root"], "beacon": beacon.hex(), "s": samples}
+    if manifest.get("inconclusive"):
+        return FakeReport(False, payload, [FakeReason("DATA_UNAVAILABLE")], "inconclusive")
     ok = not manifest.get("forged", False)
     reasons = [] if ok else [FakeReason("REPLAY_MISMATCH")]
-    payload = {"root": manifest["transcript_root"], "beacon": beacon.hex(), "s": samples}
     return FakeReport(ok, payload, reasons)
 
 
-def make_bundle(path: Path, job_id: bytes, worker: str, *, roots: list[str] | None = None,
-                bad_intervals: list[int] | None = None, forged: bool = False) -> Path:
+def make_bundle(
+    path: Path,
+    job_id: bytes,
+    worker: str,
+    *,
+    roots: list[str] | None = None,
+    bad_intervals: list[int] | None = None,
+    forged: bool = False,
+    inconclusive: bool = False,
+    replay_inconclusive: bool = False,
+) -> Path:
     """Write a bundle directory with just the manifest fields the market reads."""
     path.mkdir(parents=True, exist_ok=True)
     roots = roots or [hashlib.sha256(bytes([i])).hexdigest() for i in range(5)]
     manifest = {
-        "job_id": job_id.hex(), "worker_key": worker,
+        "job_id": job_id.hex(),
+        "worker_key": worker,
         "transcript_root": hashlib.sha256("".join(roots).encode()).hexdigest(),
         "checkpoints": [{"root": r} for r in roots],
-        "bad_intervals": bad_intervals or [], "forged": forged,
+        "bad_intervals": bad_intervals or [],
+        "forged": forged,
+        "inconclusive": inconclusive,
+        "replay_inconclusive": replay_inconclusive,
     }
     (path / "manifest.json").write_text(json.dumps(manifest))
     return path
 
 
-def fake_replay(bundle_dir: Path, job: Any, index: int) -> bool:
-    """The interval replays unless the manifest lists it in ``bad_intervals``."""
-    return index not in json.loads((bundle_dir / "manifest.json").read_text())["bad_intervals"]
+@dataclass
+class FakeReplay:
+    verdict: str
+
+
+def fake_replay(bundle_dir: Path, job: Any, index: int) -> Any:
+    """The interval replays unless the manifest lists it in ``bad_intervals``; a manifest with
+    ``replay_inconclusive`` gives an object whose ``verdict`` is ``inconclusive``."""
+    manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    if manifest.get("replay_inconclusive"):
+        return FakeReplay("inconclusive")
+    return index not in manifest["bad_intervals"]
 
 
 def key(n: int) -> SigningKey:
     return SigningKey(bytes([n]) * 32)
 
 
-def new_market(path: Path, **kwargs: Any) -> Market:
-    """A fresh market with k=2, a 100 s window and the test doubles."""
-    return Market.create(path, now=T0, config=MarketConfig(k=2, window=100), salt=b"test",
-                         verify=fake_verify, replay=fake_replay, bls=FakeBls(), **kwargs)
+class Clock:
+    """An injectable market clock (only a ``clock = "test"`` ledger accepts one)."""
+
+    def __init__(self, t: int = T0) -> None:
+        self.t = t
+
+    def __call__(self) -> int:
+        return self.t
+
+
+def market_config(**kw: Any) -> MarketConfig:
+    """k=2 of n=3, a 100 s window, a test clock."""
+    return MarketConfig(**{"k": 2, "n": 3, "window": 100, "clock": "test", **kw})
+
+
+def store_target(path: Path) -> str | Path:
+    """Where a test ledger lives: ``path`` (SQLite), or, when ``DK_TEST_MARKET_PG`` names a
+    PostgreSQL server, a fresh database on it (the same suite runs on both stores)."""
+    import os
+
+    server = os.environ.get("DK_TEST_MARKET_PG")
+    if not server:
+        return path
+    from tests.pg_support import fresh_database
+
+    return fresh_database(server, "t" + hashlib.sha256(str(path).encode()).hexdigest()[:20])
+
+
+def new_market(
+    path: Path, *, clock: Clock | None = None, config: MarketConfig | None = None, **kwargs: Any
+) -> Market:
+    """A fresh test-clock market (k=2 of n=3, a 100 s window) with the test doubles."""
+    kwargs = {"verify": fake_verify, "replay": fake_replay, "bls": FakeBls(), **kwargs}
+    return Market.create(
+        store_target(path),
+        config=config or market_config(),
+        salt=b"test",
+        clock=clock or Clock(),
+        **kwargs,
+    )
+
+
+def clock_of(m: Market) -> Clock:
+    return m._clock  # type: ignore[return-value]
 
 
 class World:
-    """A market with named clients and helpers to run a job to a given stage."""
+    """A market with named clients and helpers to run a job to a given stage.
 
-    def __init__(self, market: Market, tmp: Path) -> None:
+    ``v1``, ``v2``, ``v3`` are registered, staked validators (so every order draws all three).
+    """
+
+    VALIDATORS = ("v1", "v2", "v3")
+
+    def __init__(self, market: Market, tmp: Path, nonce_base: int | None = None) -> None:
         self.m, self.tmp = market, tmp
+        self.clock = clock_of(market)
         names = ["consumer", "worker", "worker2", "v1", "v2", "v3", "challenger"]
         self.c = {n: Client(key(i + 1), market.market_id) for i, n in enumerate(names)}
+        if nonce_base is not None:  # deterministic nonces: the same ledger on every run
+            for c in self.c.values():
+                c._last = nonce_base
+        self.sk = {n: 1000 + i for i, n in enumerate(names)}
         self.job = FakeJob(hashlib.sha256(b"job").digest())
         self.bls = market.bls
         for n in names:
             self.do(n, "deposit", amount=1000)
+        self.register(list(self.VALIDATORS))
+
+    def at(self, t: int) -> Market:
+        """The market with its test clock set to ``t``."""
+        self.clock.t = t
+        return self.m
 
     def do(self, who: str, action: str, now: int = T0, **params: Any) -> dict[str, Any]:
-        return self.m.execute(self.c[who].request(action, **params), now=now)
+        return self.at(now).execute(self.c[who].request(action, **params))
 
-    def register(self, names: list[str]) -> None:
-        for i, n in enumerate(names):
-            sk = 1000 + i
-            self.do(n, "register_validator", bls_pk=self.bls.sk_to_pk(sk).hex(),
-                    pop=self.bls.pop_prove(sk).hex())
+    def register(self, names: list[str], stake: int = 100) -> None:
+        for n in names:
+            sk = self.sk[n]
+            self.do(
+                n,
+                "register_validator",
+                bls_pk=self.bls.sk_to_pk(sk).hex(),
+                pop=self.bls.pop_prove(sk).hex(),
+                stake=stake,
+            )
+
+    def share(self, oid: str, names: list[str] | None = None, now: int = T0) -> dict[str, Any]:
+        from dk.market.beacon import members, order_share_message
+
+        order = self.m.order(oid)
+        msg = order_share_message(self.m.market_id, order)
+        out: dict[str, Any] = {}
+        by_account = {c.account: n for n, c in self.c.items()}
+        for acc in members(order):
+            n = by_account[acc]
+            if names is None or n in names:
+                out = self.do(
+                    n,
+                    "beacon_share",
+                    now=now,
+                    order_id=oid,
+                    signature=self.bls.sign(self.sk[n], msg).hex(),
+                )
+        return out
+
+    def attest(self, oid: str, names: list[str], now: int = T0) -> None:
+        from dk.market.attest import attestation_message
+
+        digest = self.m.order(oid)["report_digest"]
+        msg = attestation_message(self.m.market_id, oid, bytes.fromhex(digest))
+        for n in names:
+            self.do(
+                n,
+                "attest",
+                now=now,
+                order_id=oid,
+                report_digest=digest,
+                signature=self.bls.sign(self.sk[n], msg).hex(),
+            )
+
+    def to_submitted(
+        self, *, forged: bool = False, bad: list[int] | None = None, stake: int = 60
+    ) -> tuple[str, Path]:
+        oid = self.do(
+            "consumer",
+            "order",
+            job_id=self.job.job_id.hex(),
+            max_price=100,
+            min_stake=min(50, stake),
+            deadline=T0 + 1000,
+        )["order_id"]
+        self.do("worker", "bid", price=80, capacity=1, stake=stake)
+        self.do("consumer", "match", order_id=oid)
+        bundle = make_bundle(
+            self.tmp / f"bundle-{oid}",
+            self.job.job_id,
+            self.c["worker"].account,
+            forged=forged,
+            bad_intervals=bad,
+        )
+        from dk.market import bundle_commitment
+
+        self.do("worker", "submit", order_id=oid, **bundle_commitment(bundle))
+        return oid, bundle
 
     def to_accepted(
         self, *, forged: bool = False, bad: list[int] | None = None
     ) -> tuple[str, Path]:
-        oid = self.do("consumer", "order", job_id=self.job.job_id.hex(), max_price=100,
-                      min_stake=50, deadline=T0 + 1000)["order_id"]
-        self.do("worker", "bid", price=80, capacity=1, stake=60)
-        self.do("consumer", "match", order_id=oid)
-        bundle = make_bundle(self.tmp / f"bundle-{oid}", self.job.job_id,
-                             self.c["worker"].account, forged=forged, bad_intervals=bad)
-        from dk.market import bundle_commitment
-
-        self.do("worker", "submit", order_id=oid, **bundle_commitment(bundle))
-        out = self.m.verify_result(oid, bundle, self.job, now=T0 + 10)
+        oid, bundle = self.to_submitted(forged=forged, bad=bad)
+        self.share(oid)
+        out = self.at(T0 + 10).verify_result(oid, bundle, self.job)
         if not out["ok"]:
             return oid, bundle
-        self.register(["v1", "v2"])
-        from dk.market.attest import attestation_message
-
-        msg = attestation_message(self.m.market_id, oid, bytes.fromhex(out["report_digest"]))
-        for i, n in enumerate(["v1", "v2"]):
-            self.do(n, "attest", order_id=oid, report_digest=out["report_digest"],
-                    signature=self.bls.sign(1000 + i, msg).hex())
-        self.m.accept(oid, now=T0 + 20)
+        self.attest(oid, ["v1", "v2"])
+        self.at(T0 + 20).accept(oid)
         return oid, bundle

@@ -37,9 +37,10 @@ def test_rehashed_forgery_is_caught_by_signature_and_holdings(world: World) -> N
             body["moves"][0][2] = 10**6
             body["request"]["body"]["params"]["amount"] = 10**6
         digest = event_hash(prev if prev is not None else bytes(prev_hash), body)
-        con.execute("UPDATE events SET prev_hash = ?, hash = ?, body = ? WHERE seq = ?",
-                    (prev if prev is not None else bytes(prev_hash), digest,
-                     canonical_json(body), seq))
+        con.execute(
+            "UPDATE events SET prev_hash = ?, hash = ?, body = ? WHERE seq = ?",
+            (prev if prev is not None else bytes(prev_hash), digest, canonical_json(body), seq),
+        )
         prev = digest
     problems = world.m.audit().problems
     assert any("signed request does not check" in p for p in problems)
@@ -49,7 +50,8 @@ def test_rehashed_forgery_is_caught_by_signature_and_holdings(world: World) -> N
 def test_balance_edited_outside_the_log_is_caught(world: World) -> None:
     account = world.c["consumer"].account
     world.m.ledger.con.execute(
-        "UPDATE holdings SET amount = amount + 1 WHERE holder = ?", (f"acct:{account}",))
+        "UPDATE holdings SET amount = amount + 1 WHERE holder = ?", (f"acct:{account}",)
+    )
     problems = world.m.audit().problems
     assert any("holdings table differs" in p for p in problems)
 

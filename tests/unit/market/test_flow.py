@@ -12,13 +12,13 @@ def test_honest_job_pays_worker_after_window(world: World) -> None:
     oid, _ = world.to_accepted()
     w, c = world.c["worker"].account, world.c["consumer"].account
     with pytest.raises(MarketRefused) as e:
-        world.m.settle(oid, now=T0 + 119)
+        world.at(T0 + 119).settle(oid)
     assert e.value.reason == "NOT_SETTLEABLE"
-    assert world.m.settle(oid, now=T0 + 120)["outcome"] == "released"
+    assert world.at(T0 + 120).settle(oid)["outcome"] == "released"
     assert world.m.balance(w) == 1000 - 60 + 60 + 80
     assert world.m.balance(c) == 1000 - 80
     with pytest.raises(MarketRefused) as e:
-        world.m.settle(oid, now=T0 + 500)
+        world.at(T0 + 500).settle(oid)
     assert e.value.reason == "ALREADY_SETTLED"
     assert world.m.audit().ok
 
@@ -30,70 +30,98 @@ def test_forged_bundle_is_rejected_refunded_and_slashed(world: World) -> None:
     assert world.m.balance(world.c["worker"].account) == 1000 - 60
     assert world.m.balance(world.c["consumer"].account) == 1000 + 60
     with pytest.raises(MarketRefused) as e:
-        world.m.settle(oid, now=T0 + 5000)
+        world.at(T0 + 5000).settle(oid)
     assert e.value.reason == "ALREADY_SETTLED"
     assert world.m.audit().ok
 
 
 def test_accept_needs_k_valid_attestations(world: World) -> None:
-    from market_support import make_bundle
-
-    from dk.market import bundle_commitment
-
-    oid = world.do("consumer", "order", job_id=world.job.job_id.hex(), max_price=100,
-                   min_stake=0, deadline=T0 + 1000)["order_id"]
-    world.do("worker", "bid", price=100, capacity=1, stake=0)
-    world.do("consumer", "match", order_id=oid)
-    bundle = make_bundle(world.tmp / "b", world.job.job_id, world.c["worker"].account)
-    world.do("worker", "submit", order_id=oid, **bundle_commitment(bundle))
-    digest = world.m.verify_result(oid, bundle, world.job, now=T0)["report_digest"]
-    world.register(["v1", "v2"])
-    world.do("v1", "attest", order_id=oid, report_digest=digest,
-             signature=world.bls.sign(1000, b"wrong message").hex())
+    oid, bundle = world.to_submitted()
+    with pytest.raises(MarketRefused) as e:  # no beacon before every drawn validator shared
+        world.at(T0).verify_result(oid, bundle, world.job)
+    assert e.value.reason == "NO_BEACON"
+    world.share(oid)
+    digest = world.at(T0).verify_result(oid, bundle, world.job)["report_digest"]
+    world.do(
+        "v1",
+        "attest",
+        order_id=oid,
+        report_digest=digest,
+        signature=world.bls.sign(world.sk["v1"], b"wrong message").hex(),
+    )
     with pytest.raises(MarketRefused) as e:
-        world.m.accept(oid, now=T0)
+        world.at(T0).accept(oid)
     assert e.value.reason == "NOT_ENOUGH_ATTESTATIONS"
     with pytest.raises(MarketRefused) as e:
-        world.do("v3", "attest", order_id=oid, report_digest=digest, signature="00" * 96)
+        world.do("challenger", "attest", order_id=oid, report_digest=digest, signature="00" * 96)
     assert e.value.reason == "NOT_VALIDATOR"
     with pytest.raises(MarketRefused) as e:
         world.do("v2", "attest", order_id=oid, report_digest="ab" * 32, signature="00" * 96)
     assert e.value.reason == "DIGEST_MISMATCH"
+    world.attest(oid, ["v2", "v3"])
+    assert sorted(world.at(T0).accept(oid)["signers"]) == sorted(
+        [world.c["v2"].account, world.c["v3"].account]
+    )
 
 
 def test_timeout_without_submission_refunds_and_slashes(world: World) -> None:
-    oid = world.do("consumer", "order", job_id=world.job.job_id.hex(), max_price=100,
-                   min_stake=10, deadline=T0 + 50)["order_id"]
+    oid = world.do(
+        "consumer",
+        "order",
+        job_id=world.job.job_id.hex(),
+        max_price=100,
+        min_stake=10,
+        deadline=T0 + 50,
+    )["order_id"]
     world.do("worker", "bid", price=70, capacity=1, stake=10)
     world.do("consumer", "match", order_id=oid)
     with pytest.raises(MarketRefused):
-        world.m.settle(oid, now=T0 + 49)
-    assert world.m.settle(oid, now=T0 + 50)["outcome"] == "timed_out"
+        world.at(T0 + 49).settle(oid)
+    assert world.at(T0 + 50).settle(oid)["outcome"] == "timed_out"
     assert world.m.balance(world.c["consumer"].account) == 1010
     with pytest.raises(MarketRefused) as e:
-        world.do("worker", "submit", now=T0 + 60, order_id=oid, transcript_root="00" * 32,
-                 manifest_digest="00" * 32)
+        world.do(
+            "worker",
+            "submit",
+            now=T0 + 60,
+            order_id=oid,
+            transcript_root="00" * 32,
+            manifest_digest="00" * 32,
+        )
     assert e.value.reason == "BAD_STATE"
     assert world.m.audit().ok
 
 
 def test_expired_open_order_is_refunded(world: World) -> None:
-    oid = world.do("consumer", "order", job_id=world.job.job_id.hex(), max_price=100,
-                   min_stake=0, deadline=T0 + 5)["order_id"]
-    assert world.m.settle(oid, now=T0 + 5)["outcome"] == "expired"
+    oid = world.do(
+        "consumer",
+        "order",
+        job_id=world.job.job_id.hex(),
+        max_price=100,
+        min_stake=0,
+        deadline=T0 + 5,
+    )["order_id"]
+    assert world.at(T0 + 5).settle(oid)["outcome"] == "expired"
     assert world.m.balance(world.c["consumer"].account) == 1000
 
 
 def test_upheld_challenge_pays_challenger_from_stake(world: World) -> None:
     oid, bundle = world.to_accepted(bad=[2])
-    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5,
-                   interval=2)["challenge_id"]
+    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5, interval=2)[
+        "challenge_id"
+    ]
     with pytest.raises(MarketRefused) as e:
-        world.m.settle(oid, now=T0 + 500)
+        world.at(T0 + 500).settle(oid)
     assert e.value.reason == "NOT_SETTLEABLE"
-    out = world.m.resolve_challenge(cid, bundle, world.job, now=T0 + 40)
+    out = world.at(T0 + 40).resolve_challenge(cid, bundle, world.job)
     assert out["upheld"] and out["interval"] == 2
-    assert world.m.balance(world.c["challenger"].account) == 1000 + 60
+    # the worker's stake and the whole stake of both validators who attested the wrong result
+    assert world.m.balance(world.c["challenger"].account) == 1000 + 60 + 2 * 100
+    for v in ("v1", "v2"):
+        assert world.m.holding(f"vstake:{world.c[v].account}") == 0
+    assert world.m.holding(f"vstake:{world.c['v3'].account}") == 100  # v3 did not attest
+    states = dict(world.m.ledger.con.execute("SELECT account, state FROM validators"))
+    assert states[world.c["v1"].account] == "slashed" and states[world.c["v3"].account] == "active"
     assert world.m.balance(world.c["consumer"].account) == 1000
     assert world.m.balance(world.c["worker"].account) == 1000 - 60
     assert world.m.order(oid)["state"] == "slashed"
@@ -102,10 +130,11 @@ def test_upheld_challenge_pays_challenger_from_stake(world: World) -> None:
 
 def test_failed_challenge_loses_bond_to_worker(world: World) -> None:
     oid, bundle = world.to_accepted(bad=[2])
-    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5,
-                   interval=1)["challenge_id"]
-    assert not world.m.resolve_challenge(cid, bundle, world.job, now=T0 + 40)["upheld"]
-    assert world.m.settle(oid, now=T0 + 120)["outcome"] == "released"
+    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5, interval=1)[
+        "challenge_id"
+    ]
+    assert not world.at(T0 + 40).resolve_challenge(cid, bundle, world.job)["upheld"]
+    assert world.at(T0 + 120).settle(oid)["outcome"] == "released"
     assert world.m.balance(world.c["challenger"].account) == 995
     assert world.m.balance(world.c["worker"].account) == 1000 + 80 + 5
     assert world.m.audit().ok
@@ -117,9 +146,10 @@ def test_counter_transcript_bisects_to_first_difference(world: World) -> None:
 
     ours = [c["root"] for c in json.loads((bundle / "manifest.json").read_text())["checkpoints"]]
     theirs = ours[:2] + ["ee" * 32] * 3
-    cid = world.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5,
-                   counter_roots=theirs)["challenge_id"]
-    out = world.m.resolve_challenge(cid, bundle, world.job, now=T0 + 40)
+    cid = world.do(
+        "challenger", "challenge", now=T0 + 30, order_id=oid, bond=5, counter_roots=theirs
+    )["challenge_id"]
+    out = world.at(T0 + 40).resolve_challenge(cid, bundle, world.job)
     assert out["interval"] == 1 and out["upheld"]
 
 

@@ -9,24 +9,35 @@ from dk.market import MarketRefused
 
 
 def _order(world: World, **kw: object) -> str:
-    params = {"job_id": "11" * 32, "max_price": 100, "min_stake": 10, "deadline": T0 + 100,
-              "tags": {"region": "eu"}, **kw}
+    params = {
+        "job_id": "11" * 32,
+        "max_price": 100,
+        "min_stake": 10,
+        "deadline": T0 + 100,
+        "tags": {"region": "eu"},
+        **kw,
+    }
     return world.do("consumer", "order", **params)["order_id"]
 
 
 def test_best_eligible_price_wins_and_show_explains(world: World) -> None:
     oid = _order(world)
-    too_dear = world.do("worker", "bid", price=101, capacity=1, stake=10,
-                        tags={"region": "eu"})["bid_id"]
-    wrong_region = world.do("worker", "bid", price=10, capacity=1, stake=10,
-                            tags={"region": "us"})["bid_id"]
+    too_dear = world.do("worker", "bid", price=101, capacity=1, stake=10, tags={"region": "eu"})[
+        "bid_id"
+    ]
+    wrong_region = world.do("worker", "bid", price=10, capacity=1, stake=10, tags={"region": "us"})[
+        "bid_id"
+    ]
     thin = world.do("worker", "bid", price=20, capacity=1, stake=5, tags={"region": "eu"})["bid_id"]
-    first = world.do("worker", "bid", price=50, capacity=1, stake=10,
-                     tags={"region": "eu", "gpu": "h100"})["bid_id"]
-    later = world.do("worker2", "bid", price=50, capacity=1, stake=20,
-                     tags={"region": "eu"})["bid_id"]
-    own = world.do("consumer", "bid", price=1, capacity=1, stake=10,
-                   tags={"region": "eu"})["bid_id"]
+    first = world.do(
+        "worker", "bid", price=50, capacity=1, stake=10, tags={"region": "eu", "gpu": "h100"}
+    )["bid_id"]
+    later = world.do("worker2", "bid", price=50, capacity=1, stake=20, tags={"region": "eu"})[
+        "bid_id"
+    ]
+    own = world.do("consumer", "bid", price=1, capacity=1, stake=10, tags={"region": "eu"})[
+        "bid_id"
+    ]
     assert world.do("consumer", "match", order_id=oid)["bid_id"] == first
     shown = {b["bid_id"]: b for b in world.m.show(oid)["bids"]}
     assert shown[first]["status"] == "matched"

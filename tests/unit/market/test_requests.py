@@ -15,15 +15,19 @@ def test_valid_request_roundtrips_through_bytes(world: World) -> None:
     env = world.c["consumer"].request("deposit", nonce=7, amount=5)
     req = parse_request(canonical_json(env), market_id=world.m.market_id)
     assert (req.account, req.nonce, req.action, req.params) == (
-        world.c["consumer"].account, 7, "deposit", {"amount": 5})
+        world.c["consumer"].account,
+        7,
+        "deposit",
+        {"amount": 5},
+    )
     assert req.digest == request_digest(env["body"])
 
 
 def test_replay_is_refused(world: World) -> None:
     env = world.c["consumer"].request("deposit", nonce=7, amount=5)
-    world.m.execute(env, now=T0)
+    world.at(T0).execute(env)
     with pytest.raises(MarketRefused) as e:
-        world.m.execute(env, now=T0)
+        world.at(T0).execute(env)
     assert e.value.reason == "REPLAY"
     assert world.m.balance(world.c["consumer"].account) == 1005
 
@@ -48,7 +52,7 @@ def test_tampered_requests_are_refused(world: World, mutate, reason: str) -> Non
     env = world.c["consumer"].request("deposit", nonce=7, amount=5)
     mutate(env)
     with pytest.raises(FormatError) as e:
-        world.m.execute(env, now=T0)
+        world.at(T0).execute(env)
     assert e.value.reason == reason
     assert world.m.balance(world.c["consumer"].account) == 1000
 
@@ -58,13 +62,14 @@ def test_signing_for_another_account_fails(world: World) -> None:
     env = sign_request(key(99), world.m.market_id, "withdraw", {"amount": 10}, nonce=1)
     env["body"]["account"] = victim  # claim to act for the victim with a foreign key
     with pytest.raises(FormatError) as e:
-        world.m.execute(env, now=T0)
+        world.at(T0).execute(env)
     assert e.value.reason == "BAD_SIGNATURE"
 
 
 def test_actions_on_other_accounts_funds_are_refused(world: World) -> None:
-    oid = world.do("consumer", "order", job_id="11" * 32, max_price=100, min_stake=0,
-                   deadline=T0 + 100)["order_id"]
+    oid = world.do(
+        "consumer", "order", job_id="11" * 32, max_price=100, min_stake=0, deadline=T0 + 100
+    )["order_id"]
     bid = world.do("worker", "bid", price=90, capacity=2, stake=5)["bid_id"]
     for who, action, params in [
         ("worker", "cancel_order", {"order_id": oid}),
@@ -88,8 +93,15 @@ def test_bad_params_are_refused(world: World) -> None:
             world.do("consumer", "deposit", **params)
         assert e.value.reason == "BAD_PARAMS"
     with pytest.raises(FormatError):
-        world.do("consumer", "order", job_id="11" * 32, max_price=1, min_stake=0,
-                 deadline=T0 + 1, tags={"Region": "eu"})
+        world.do(
+            "consumer",
+            "order",
+            job_id="11" * 32,
+            max_price=1,
+            min_stake=0,
+            deadline=T0 + 1,
+            tags={"Region": "eu"},
+        )
 
 
 def test_opening_a_missing_ledger_is_refused(tmp_path) -> None:

@@ -10,13 +10,15 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from market_support import T0, FakeJob, key, make_bundle, new_market
+from market_support import T0, Clock, FakeJob, key, make_bundle, new_market
 
 from dk.errors import FormatError
 from dk.market import Client, MarketRefused, bundle_commitment
 from dk.market.attest import attestation_message
+from dk.market.beacon import members, order_share_message
 
 USERS = 4
+VALIDATORS = 4
 who = st.integers(0, USERS - 1)
 money = st.integers(1, 300)
 JOB = FakeJob(bytes(range(32)))
@@ -28,8 +30,11 @@ class MarketMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="dk-market-"))
-        self.m = new_market(self.dir / "m.db")
+        self.clock = Clock()
+        self.m = new_market(self.dir / "m.db", clock=self.clock)
         self.clients = [Client(key(i + 1), self.m.market_id) for i in range(USERS)]
+        # validators are accounts of their own: USERS + j, BLS secret 500 + j
+        self.clients += [Client(key(20 + j), self.m.market_id) for j in range(VALIDATORS)]
         self.now = T0
         self.net = 0  # deposits - withdrawals, as the model sees them
         self.orders: list[str] = []
@@ -38,6 +43,9 @@ class MarketMachine(RuleBasedStateMachine):
         self.settled: dict[str, int] = {}
         for i in range(USERS):
             self.deposit(i, 500)
+        for j in range(VALIDATORS):
+            self.deposit(USERS + j, 300)
+            self.register(j)
 
     def teardown(self) -> None:
         self.m.close()
@@ -45,13 +53,15 @@ class MarketMachine(RuleBasedStateMachine):
 
     def do(self, i: int, action: str, **params: object) -> dict | None:
         try:
-            return self.m.execute(self.clients[i].request(action, **params), now=self.now)
+            self.clock.t = self.now
+            return self.m.execute(self.clients[i].request(action, **params))
         except (MarketRefused, FormatError):
             return None
 
     def system(self, fn, *args, **kw) -> dict | None:
         try:
-            return fn(*args, now=self.now, **kw)
+            self.clock.t = self.now
+            return fn(*args, **kw)
         except (MarketRefused, FormatError):
             return None
 
@@ -75,8 +85,14 @@ class MarketMachine(RuleBasedStateMachine):
 
     @rule(i=who, price=money, stake=st.integers(0, 50), span=st.integers(1, 200))
     def order(self, i: int, price: int, stake: int, span: int) -> None:
-        out = self.do(i, "order", job_id=JOB.job_id.hex(), max_price=price, min_stake=stake,
-                      deadline=self.now + span)
+        out = self.do(
+            i,
+            "order",
+            job_id=JOB.job_id.hex(),
+            max_price=price,
+            min_stake=stake,
+            deadline=self.now + span,
+        )
         if out:
             self.orders.append(out["order_id"])
 
@@ -112,17 +128,71 @@ class MarketMachine(RuleBasedStateMachine):
     def cancel(self, i: int, n: int) -> None:
         self.note_outcome(self.do(i, "cancel_order", order_id=self.orders[n % len(self.orders)]))
 
+    def vidx(self, account: str) -> int:
+        return next(j for j in range(VALIDATORS) if self.clients[USERS + j].account == account)
+
+    @rule(j=st.integers(0, VALIDATORS - 1))
+    def register(self, j: int) -> None:
+        sk = 500 + j
+        self.do(
+            USERS + j,
+            "register_validator",
+            bls_pk=self.m.bls.sk_to_pk(sk).hex(),
+            pop=self.m.bls.pop_prove(sk).hex(),
+            stake=100,
+        )
+
+    @rule(j=st.integers(0, VALIDATORS - 1))
+    def unregister(self, j: int) -> None:
+        self.do(USERS + j, "unregister_validator")  # VALIDATOR_BUSY while drawn
+
     @precondition(lambda self: self.orders)
-    @rule(n=st.integers(0, 100), forged=st.booleans(), bad=st.booleans())
-    def deliver(self, n: int, forged: bool, bad: bool) -> None:
+    @rule(n=st.integers(0, 100), withhold=st.booleans())
+    def share(self, n: int, withhold: bool) -> None:
+        order = self.m.order(self.orders[n % len(self.orders)])
+        if order["state"] != "submitted":
+            return
+        msg = order_share_message(self.m.market_id, order)
+        drawn = members(order)
+        for v in drawn[1:] if withhold else drawn:
+            j = self.vidx(v)
+            self.do(
+                USERS + j,
+                "beacon_share",
+                order_id=order["order_id"],
+                signature=self.m.bls.sign(500 + j, msg).hex(),
+            )
+
+    @precondition(lambda self: self.orders)
+    @rule(n=st.integers(0, 100))
+    def redraw(self, n: int) -> None:
+        self.system(self.m.redraw, self.orders[n % len(self.orders)])
+
+    @precondition(lambda self: self.orders)
+    @rule(n=st.integers(0, 100))
+    def verify(self, n: int) -> None:
+        oid = self.orders[n % len(self.orders)]
+        self.note_outcome(self.system(self.m.verify_result, oid, self.dir / f"b-{oid}", JOB))
+
+    @precondition(lambda self: self.orders)
+    @rule(n=st.integers(0, 100), forged=st.booleans(), bad=st.booleans(), unsure=st.booleans())
+    def deliver(self, n: int, forged: bool, bad: bool, unsure: bool = False) -> None:
         oid = self.orders[n % len(self.orders)]
         order = self.m.order(oid)
         if order["state"] != "matched":
             return
         worker = next(c for c in range(USERS) if self.clients[c].account == order["worker"])
-        bundle = make_bundle(self.dir / f"b-{oid}", JOB.job_id, order["worker"], forged=forged,
-                             bad_intervals=[1] if bad else [])
+        bundle = make_bundle(
+            self.dir / f"b-{oid}",
+            JOB.job_id,
+            order["worker"],
+            forged=forged,
+            bad_intervals=[1] if bad else [],
+            inconclusive=unsure,
+            replay_inconclusive=unsure,
+        )
         if self.do(worker, "submit", order_id=oid, **bundle_commitment(bundle)):
+            self.share(self.orders.index(oid), False)
             self.note_outcome(self.system(self.m.verify_result, oid, bundle, JOB))
 
     @precondition(lambda self: self.orders)
@@ -132,22 +202,24 @@ class MarketMachine(RuleBasedStateMachine):
         order = self.m.order(oid)
         if order["state"] != "verified":
             return
-        for v in range(2):
-            if v not in self.validators:
-                sk = 500 + v
-                if self.do(v, "register_validator", bls_pk=self.m.bls.sk_to_pk(sk).hex(),
-                           pop=self.m.bls.pop_prove(sk).hex()):
-                    self.validators.append(v)
-            msg = attestation_message(self.m.market_id, oid, bytes.fromhex(order["report_digest"]))
-            self.do(v, "attest", order_id=oid, report_digest=order["report_digest"],
-                    signature=self.m.bls.sign(500 + v, msg).hex())
+        msg = attestation_message(self.m.market_id, oid, bytes.fromhex(order["report_digest"]))
+        for v in members(order)[:2]:
+            j = self.vidx(v)
+            self.do(
+                USERS + j,
+                "attest",
+                order_id=oid,
+                report_digest=order["report_digest"],
+                signature=self.m.bls.sign(500 + j, msg).hex(),
+            )
         self.system(self.m.accept, oid)
 
     @precondition(lambda self: self.orders)
     @rule(i=who, n=st.integers(0, 100), bond=money, interval=st.integers(0, 4))
     def challenge(self, i: int, n: int, bond: int, interval: int) -> None:
-        out = self.do(i, "challenge", order_id=self.orders[n % len(self.orders)], bond=bond,
-                      interval=interval)
+        out = self.do(
+            i, "challenge", order_id=self.orders[n % len(self.orders)], bond=bond, interval=interval
+        )
         if out:
             self.challenges.append(out["challenge_id"])
 
@@ -156,7 +228,8 @@ class MarketMachine(RuleBasedStateMachine):
     def resolve(self, n: int) -> None:
         cid = self.challenges[n % len(self.challenges)]
         oid = self.m.ledger.con.execute(
-            "SELECT order_id FROM challenges WHERE challenge_id = ?", (cid,)).fetchone()[0]
+            "SELECT order_id FROM challenges WHERE challenge_id = ?", (cid,)
+        ).fetchone()[0]
         self.note_outcome(self.system(self.m.resolve_challenge, cid, self.dir / f"b-{oid}", JOB))
 
     @precondition(lambda self: self.orders)
@@ -174,7 +247,8 @@ class MarketMachine(RuleBasedStateMachine):
         assert report.ok, report.problems
         assert report.totals["held"] == self.net
         low = self.m.ledger.con.execute(
-            "SELECT MIN(amount) FROM holdings WHERE holder != 'world'").fetchone()[0]
+            "SELECT MIN(amount) FROM holdings WHERE holder != 'world'"
+        ).fetchone()[0]
         assert low is None or low >= 0
         assert all(count == 1 for count in self.settled.values())
         for oid in self.settled:
@@ -184,12 +258,20 @@ class MarketMachine(RuleBasedStateMachine):
     def settled_orders_are_terminal(self) -> None:
         states = dict(self.m.ledger.con.execute("SELECT order_id, state FROM orders"))
         for oid in self.settled:
-            assert states[oid] in {"released", "expired", "timed_out", "rejected", "slashed",
-                                   "cancelled"}, (oid, states[oid], json.dumps(self.settled))
+            assert states[oid] in {
+                "released",
+                "expired",
+                "timed_out",
+                "rejected",
+                "slashed",
+                "cancelled",
+            }, (oid, states[oid], json.dumps(self.settled))
 
 
 MarketMachine.TestCase.settings = settings(
-    max_examples=25, stateful_step_count=30, deadline=None,
+    max_examples=25,
+    stateful_step_count=30,
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestMarketMachine = MarketMachine.TestCase

@@ -161,13 +161,14 @@ def test_npz_job_end_to_end(tmp_path: Path) -> None:
     report = verify_bundle(bundle, job, beacon=bytes(32), samples=100)
     assert report.ok, report.to_dict()
     assert report.challenged == [0, 1, 2]
-    # the verifier's copy of the data must be the committed one
+    # a verifier whose copy of the data is not the committed one (or is missing) cannot
+    # decide: inconclusive, never the worker's fault (SPEC §7.5)
     X2 = X.copy()
     X2[0, 0] += 1
     np.savez(tmp_path / "d.npz", X=X2, y=y)
-    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_MISMATCH"]
+    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_UNAVAILABLE"]
     (tmp_path / "d.npz").unlink()
-    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_MISMATCH"]
+    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_UNAVAILABLE"]
 
 
 def test_cnn_job_needs_square_features(tmp_path: Path) -> None:

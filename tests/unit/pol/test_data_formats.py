@@ -344,3 +344,27 @@ def test_map_style_refusals(items: list[object], match: str) -> None:
     _one_line(e)
     with pytest.raises(FormatError, match="not a dataset"):
         as_dataset(3)
+
+
+def test_threaded_hashing_gives_the_same_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parallel path runs (several threads hash chunk runs) and changes nothing."""
+    import threading
+
+    from dk.pol.data import stream
+
+    seen: set[int] = set()
+    real = stream._hash_leaves
+
+    def spy(chunks: list[bytes | memoryview]) -> list[bytes]:
+        seen.add(threading.get_ident())
+        return real(chunks)
+
+    monkeypatch.setattr(stream, "_hash_leaves", spy)
+    rng = np.random.default_rng(2)
+    Xb = rng.standard_normal((20_000, 16)).astype(np.float32)  # 1.28 MB: 20 chunks
+    yb = rng.integers(0, 3, 20_000).astype(np.int64)
+    one = data_root(Xb, yb, threads=1)
+    assert seen == {threading.get_ident()}
+    seen.clear()
+    assert data_root(Xb, yb, threads=4) == one
+    assert len(seen) >= 2 and threading.get_ident() not in seen

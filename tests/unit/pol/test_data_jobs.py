@@ -165,7 +165,7 @@ def test_shards_job_end_to_end(tmp_path: Path) -> None:
     job, bundle = make_bundle(tmp_path, job)
     assert verify_bundle(bundle, job, beacon=bytes(32), samples=2).ok
     np.save(tmp_path / "shards" / "000001.y.npy", np.zeros(500, np.int64))
-    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_MISMATCH"]
+    assert verify_bundle(bundle, job, beacon=bytes(32)).codes == ["DATA_UNAVAILABLE"]
 
 
 @pytest.mark.slow

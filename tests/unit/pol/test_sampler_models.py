@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
@@ -9,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from dk.crypto.hashing import TAG_BATCH, tagged_hash, u64
 from dk.errors import FormatError
 from dk.pol.models import build_model, build_torch_model, init_params, num_parameters, param_specs
 from dk.pol.sampler import Sampler, epoch_permutation
@@ -45,7 +45,10 @@ def test_batch_commitment() -> None:
     s = Sampler(1, 50, 4)
     c = s.batch_commitment(2, 10, 15)
     idx = np.concatenate([s.batch(t) for t in range(10, 15)]).astype("<i8")
-    assert c == tagged_hash(TAG_BATCH, u64(2), u64(10), u64(15), idx.tobytes())
+    # SPEC §8.2 from the text, with hashlib alone.
+    body = b"".join(v.to_bytes(8, "little") for v in (2, 10, 15)) + idx.tobytes()
+    tag = b"dk/v1/batch"
+    assert c == hashlib.sha256(bytes([len(tag)]) + tag + body).digest()
     assert c == Sampler(1, 50, 4).batch_commitment(2, 10, 15)
     others = {
         s.batch_commitment(3, 10, 15),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import pytest
 
-from dk.crypto.hashing import TAG_CHALLENGE, tagged_hash
+from dk.crypto.hashing import tagged_hash
 from dk.crypto.stream import sample_without_replacement, stream_key
 from dk.verifier.challenge import (
     challenge_seed,
@@ -68,7 +69,10 @@ def test_samples_for_known_values() -> None:
 
 
 def test_challenge_seed_layout() -> None:
-    assert challenge_seed(ROOT, b"beacon") == tagged_hash(TAG_CHALLENGE, ROOT, b"beacon")
+    # SPEC §12.1 from the text, with hashlib alone.
+    tag = b"dk/v1/challenge"
+    want = hashlib.sha256(bytes([len(tag)]) + tag + ROOT + b"beacon").digest()
+    assert challenge_seed(ROOT, b"beacon") == want
 
 
 def test_derive_challenge_uniform_part() -> None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
+import rfc8785
 
-from dk.crypto.canonical_json import canonical_json
-from dk.crypto.hashing import TAG_REPORT, tagged_hash
 from dk.errors import VerificationFailed
 from dk.verifier import Finding, Reason, Report
 
@@ -31,7 +31,15 @@ def test_accepted_report() -> None:
     r = _accepted()
     assert r.ok and r.verdict == "accept" and r.codes == []
     assert r.check() is r
-    assert r.digest() == tagged_hash(TAG_REPORT, canonical_json(r.attestation_body()))
+    # SPEC §14.2 from the text: the body written out by hand, canonicalised by the rfc8785
+    # library (JCS; every value here is a string, a small integer or a list of them) and
+    # hashed with hashlib under the literal tag: nothing of dk's encoder or hashing is reused.
+    body = {"verdict": "accept", "reasons": [], "job_id": "aa" * 32, "worker_key": "bb" * 32,
+            "transcript_root": "cc" * 32, "beacon": "00" * 32, "mode": "exact",
+            "challenged": [1, 4], "flags": []}  # fmt: skip
+    tag = b"dk/v1/report"
+    want = hashlib.sha256(bytes([len(tag)]) + tag + rfc8785.dumps(body)).digest()
+    assert r.digest() == want
 
 
 def test_digest_ignores_figures() -> None:

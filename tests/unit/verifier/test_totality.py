@@ -56,7 +56,7 @@ def test_random_damage_is_rejected_with_a_reason(
         shutil.copytree(bundle, b)
         path = b / (target if target != "blob" else f"blobs/{rng.choice(blobs).name}")
         path.write_bytes(_mutate(path.read_bytes(), rng))
-        r = verify_bundle(b, job, beacon=BEACON, samples=0, topq=0)
+        r = verify_bundle(b, job, beacon=BEACON, samples=0, topq=0, integrity="all")
         assert not r.ok, (target, n)
         assert "INTERNAL_ERROR" not in r.codes, r.to_dict()
         json.dumps(r.to_dict(), allow_nan=False)

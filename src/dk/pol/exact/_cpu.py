@@ -7,7 +7,8 @@ count. Kernels are compiled with ``fastmath=False``: LLVM then neither reassocia
 contracts a multiply and an add into an FMA. Vectorisation runs across output elements, never
 across the terms of one sum.
 
-Only this module and ``_cuda`` import Numba.
+Kernels called from Python release the GIL (``nogil=True``), so the Recorder's commit thread
+hashes and writes checkpoints while a step computes. Only this module and ``_cuda`` import Numba.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ _sgd = _f["sgd32"]
 _adam = _f["adam32"]
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:  # pragma: no cover - jitted
     """``c[i, j] = sum_k a[i, k] * b[k, j]`` in the blocked order (SPEC II §3).
 
@@ -95,7 +96,7 @@ def matmul(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:  # pragma: no c
                     c[i + r, j] = acc[r, j]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def add_bias_rows(c: np.ndarray, bias: np.ndarray) -> None:  # pragma: no cover - jitted
     """``c[i, j] += bias[i]`` (the bias is added after the dot product)."""
     for i in range(c.shape[0]):
@@ -104,7 +105,7 @@ def add_bias_rows(c: np.ndarray, bias: np.ndarray) -> None:  # pragma: no cover 
             c[i, j] = c[i, j] + bi
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sum_blocked(v: np.ndarray) -> np.float32:  # pragma: no cover - jitted
     """Blocked sum of a 1-D float32 array (SPEC II §3)."""
     total = ZERO
@@ -117,42 +118,42 @@ def sum_blocked(v: np.ndarray) -> np.float32:  # pragma: no cover - jitted
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rowsum(a: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - jitted
     """``out[i] = sum_j a[i, j]`` in the blocked order."""
     for i in range(a.shape[0]):
         out[i] = sum_blocked(a[i])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def relu_fwd(z: np.ndarray, h: np.ndarray) -> None:  # pragma: no cover - jitted
     """``h = z if z > 0 else +0`` elementwise on 1-D arrays."""
     for i in range(z.shape[0]):
         h[i] = z[i] if z[i] > ZERO else ZERO
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def relu_bwd(z: np.ndarray, dh: np.ndarray, dz: np.ndarray) -> None:  # pragma: no cover
     """``dz = dh if z > 0 else +0`` elementwise on 1-D arrays."""
     for i in range(z.shape[0]):
         dz[i] = dh[i] if z[i] > ZERO else ZERO
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def gelu_fwd(z: np.ndarray, h: np.ndarray) -> None:  # pragma: no cover - jitted
     """Exact-erf GELU elementwise on 1-D arrays."""
     for i in range(z.shape[0]):
         h[i] = _gelu(z[i])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def gelu_bwd(z: np.ndarray, dh: np.ndarray, dz: np.ndarray) -> None:  # pragma: no cover
     """``dz = dh * gelu'(z)`` elementwise on 1-D arrays."""
     for i in range(z.shape[0]):
         dz[i] = _mul(dh[i], _gelu_grad(z[i]))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def softmax_ce(zt, y, dzt, losses) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
     """Per-sample softmax cross-entropy on logits ``zt`` (classes, batch) (SPEC II §4.3).
 
@@ -182,7 +183,7 @@ def softmax_ce(zt, y, dzt, losses) -> None:  # type: ignore[no-untyped-def]  # p
             dzt[c, b] = p / fb
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def mse(zt, target, dzt, losses) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
     """Per-sample squared error on ``zt`` (outputs, batch) against ``target`` (batch, outputs).
 
@@ -203,7 +204,7 @@ def mse(zt, target, dzt, losses) -> None:  # type: ignore[no-untyped-def]  # pra
         losses[b] = total
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def im2col(x, col, colt) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
     """3x3, stride 1, padding 1 patches of ``x`` (C, B, H, W), zeros outside the image.
 
@@ -228,7 +229,7 @@ def im2col(x, col, colt) -> None:  # type: ignore[no-untyped-def]  # pragma: no 
                             colt[q, r] = v
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, nogil=True)
 def col2im(dcol, dx) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
     """Adjoint of :func:`im2col`: each ``dx`` element sums its 9 patch entries in (ky, kx) order."""
     nc, nb, hh, ww = dx.shape
@@ -246,7 +247,7 @@ def col2im(dcol, dx) -> None:  # type: ignore[no-untyped-def]  # pragma: no cove
                     dx[c, b, y, xx] = acc
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def maxpool_fwd(x, out, idx) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
     """2x2 stride-2 max pool of ``x`` (C, B, H, W); ``idx`` keeps the first maximum (0..3)."""
     nc, nb, ho, wo = out.shape
@@ -265,7 +266,7 @@ def maxpool_fwd(x, out, idx) -> None:  # type: ignore[no-untyped-def]  # pragma:
                     idx[c, b, y, xx] = arg
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def maxpool_bwd(dout, idx, dx) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
     """Route each pooled gradient to its recorded maximum; every other entry is +0."""
     nc, nb, ho, wo = dout.shape
@@ -278,14 +279,14 @@ def maxpool_bwd(dout, idx, dx) -> None:  # type: ignore[no-untyped-def]  # pragm
                         dx[c, b, 2 * y + q // 2, 2 * xx + q % 2] = v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def sgd_update(p, g, buf, lr, momentum, wd, flags) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
     """SGD on flat float32 arrays in place (SPEC II §5.1); ``flags`` as in ``_math.sgd32``."""
     for i in range(p.shape[0]):
         p[i], buf[i] = _sgd(p[i], g[i], buf[i], lr, momentum, wd, flags)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def adam_update(p, g, m, v, hyper, flags) -> None:  # type: ignore[no-untyped-def]  # pragma: no cover
     """Adam on flat float32 arrays in place (SPEC II §5.2); ``hyper`` as in ``_math.adam32``."""
     for i in range(p.shape[0]):

@@ -1,0 +1,346 @@
+"""The rounding-log backend: exact replay of any float32 PyTorch model (SPEC VI).
+
+:class:`RoundedMode` is a ``TorchDispatchMode`` that sees every ATen operation of forward,
+backward and optimizer alike. Operations are sorted into three tables (SPEC VI §1):
+
+* **exact** operations (data movement, and float32 arithmetic that IEEE-754 rounds once:
+  ``add``/``sub`` without ``alpha``, ``mul``, ``div``, ``sqrt``, comparisons, ReLU, max, ...)
+  run untouched: their float32 result is the same on every thread count;
+* **covered** operations (reductions: matmul, conv, sums, norms, softmax, losses; fused or
+  transcendental elementwise kernels whose vectorised and scalar paths differ) run on float64
+  copies of their float32 inputs; every float64 output is a *rounding site*, rounded to float32
+  here (:meth:`RoundedMode.round_site`), where the log is written (record) or followed (replay);
+* anything else on floating tensors raises :class:`UnsupportedOp` at record time.
+
+In-place and ``out=`` operations (optimizer steps, ``_foreach_*_``) run on the float64 copies and
+the rounded result is written back into the caller's tensor.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
+
+from dk.crypto.hashing import tagged_hash
+from dk.errors import FormatError
+from dk.pol.backends import ops as op_tables
+from dk.pol.backends.log import (
+    EMPTY_TRACE,
+    LOG_INVALID,
+    LOG_MISSING,
+    MAX_ENTRIES,
+    MAX_SITES,
+    TAG_TRACE,
+    TRACE_MISMATCH,
+    RoundingLog,
+)
+from dk.pol.backends.split import run_split
+
+DEFAULT_TAU_LOG2 = 12
+_M29 = (1 << 29) - 1
+_HALF = 1 << 28
+_TINY = 2.0**-125  # below this |value| the float32 gap is 2^-149 (subnormal spacing)
+_EXP32 = 0x7F800000
+_F32 = torch.float32
+_F64 = torch.float64
+
+
+class UnsupportedOp(FormatError):
+    """An operation the rounded backend cannot make reproducible (SPEC VI §1)."""
+
+
+class RoundingLogError(FormatError):
+    """The log does not fit the verifier's own computation; ``reason`` is the SPEC VI §5 code."""
+
+
+def boundary_distance(v: np.ndarray) -> np.ndarray:
+    """Distance of float64 values to their float32 rounding boundary, in 2^-29 gaps (SPEC VI §2).
+
+    ``0`` means exactly on the midpoint of the two float32 neighbours; ``2**28`` means exactly
+    representable. Zero, infinities, NaN and values that round to infinity give ``2**28``.
+
+    >>> boundary_distance(np.array([1.0, 1.0 + 2.0**-24, 1.0 + 2.0**-24 + 2.0**-40]))
+    array([268435456,         0,      4096])
+    """
+    v = np.ascontiguousarray(v, dtype=np.float64).reshape(-1)
+    dist = np.abs((v.view(np.int64) & _M29) - _HALF)
+    a = np.abs(v)
+    tiny = a < _TINY
+    if tiny.any():
+        x = a[tiny] * 2.0**149
+        dist[tiny] = np.floor(np.abs((x - np.floor(x)) - 0.5) * 2.0**29).astype(np.int64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        bad = ~np.isfinite(v.astype(np.float32)) | (v == 0)
+    dist[bad] = _HALF
+    return dist
+
+
+def _band(v: np.ndarray, r: np.ndarray, t_bits: int) -> np.ndarray:
+    """Flat indices of the elements within ``t_bits`` (2^-29 gaps) of a boundary.
+
+    ``v`` is flat contiguous float64, ``r`` its float32 rounding. The bit test is exact in the
+    float32 normal range; candidates are re-checked and tiny values handled exactly.
+    """
+    t = v.view(np.int64) - (_HALF - t_bits)
+    t &= _M29
+    idx = np.flatnonzero(t <= 2 * t_bits)
+    if idx.size:
+        idx = idx[boundary_distance(v[idx]) <= t_bits]  # drop non-finite / tiny candidates
+    if ((r.view(np.int32) & _EXP32) <= 0x00800000).any():  # some |r| < 2^-125, or zero
+        tiny = np.flatnonzero((v != 0) & (np.abs(v) < _TINY))
+        if tiny.size:
+            idx = np.union1d(idx, tiny[boundary_distance(v[tiny]) <= t_bits])
+    return idx
+
+
+def _neighbour(r: np.ndarray, v: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """The float32 neighbour of each ``v`` on the side ``up`` (True: toward +inf)."""
+    above = r.astype(np.float64) > v
+    to_up = np.nextafter(r, np.float32(np.inf))
+    to_down = np.nextafter(r, np.float32(-np.inf))
+    return np.where(up, np.where(above, r, to_up), np.where(above, to_down, r))
+
+
+class RoundedMode(TorchDispatchMode):
+    """Run a block of training with covered ops in float64, rounded and logged (SPEC VI).
+
+    Use :meth:`record` (a worker) or :meth:`replay` (a verifier), then :meth:`finish`.
+
+    >>> mode = RoundedMode.record(job_id=bytes(32), interval=0)
+    >>> with mode:
+    ...     y = torch.ones(3, 4) @ torch.ones(4, 2)
+    >>> mode.finish().sites
+    1
+    """
+
+    def __init__(
+        self, *, job_id: bytes, interval: int, tau_log2: int, log: RoundingLog | None
+    ) -> None:
+        super().__init__()
+        self.job_id, self.interval, self.tau_log2 = job_id, interval, tau_log2
+        self.t_bits = 1 << (29 - tau_log2)  # τ = 2^-k of a gap = 2^(29-k) units of 2^-29
+        self.replaying = log is not None
+        self.sites = 0
+        self.trace = EMPTY_TRACE
+        self._rec: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._count = 0
+        self.error: Exception | None = None
+        self._given: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        if log is not None:
+            self._given = _group(log.entries)
+            self._log = log
+
+    @classmethod
+    def record(
+        cls, *, job_id: bytes, interval: int, tau_log2: int = DEFAULT_TAU_LOG2
+    ) -> RoundedMode:
+        """A mode that writes the log of ``interval`` of job ``job_id``."""
+        return cls(job_id=job_id, interval=interval, tau_log2=tau_log2, log=None)
+
+    @classmethod
+    def replay(cls, log: RoundingLog) -> RoundedMode:
+        """A mode that follows ``log`` (bind it first with ``log.check_binding``)."""
+        return cls(job_id=log.job_id, interval=log.interval, tau_log2=log.tau_log2, log=log)
+
+    # -- the dispatch ------------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self.error is not None:
+            raise self.error
+        try:
+            kind = op_tables.classify(func, args, kwargs)
+            if kind == op_tables.EXACT:
+                return func(*args, **kwargs)
+            if kind == op_tables.COVERED:
+                return self._covered(func, args, kwargs)
+            if kind == op_tables.SPLIT:
+                return run_split(func, args, kwargs)
+            out = func(*args, **kwargs)  # no float inputs: allowed unless it makes floats
+            if any(_is_float(t) for t in tree_flatten(out)[0]):
+                raise UnsupportedOp(op_tables.unsupported_message(func))
+            return out
+        except FormatError as e:
+            self.error = e
+            raise
+
+    def _covered(self, func: Any, args: Any, kwargs: Any) -> Any:
+        flat, spec = tree_flatten((args, kwargs))
+        up: dict[int, torch.Tensor] = {}
+        new = []
+        for a in flat:
+            if _is_float(a):
+                if a.dtype != _F32:
+                    raise UnsupportedOp(
+                        f"rounded backend: {func} on {a.dtype} (jobs are float32; SPEC VI §1)"
+                    )
+                new.append(up.setdefault(id(a), a.to(_F64)))
+            elif a is _F32:
+                new.append(_F64)
+            else:
+                new.append(a)
+        uargs, ukwargs = tree_unflatten(new, spec)
+        out = func(*uargs, **ukwargs)
+        name = func.__name__
+        written: dict[int, torch.Tensor] = {}
+        for t in _written_args(func, args, kwargs):
+            if _is_float(t) and id(t) in up:
+                with torch.no_grad():
+                    t.copy_(self.round_site(up[id(t)], name))
+                written[id(up[id(t)])] = t
+        out_flat, out_spec = tree_flatten(out)
+        res = []
+        for o in out_flat:
+            if isinstance(o, torch.Tensor) and id(o) in written:
+                res.append(written[id(o)])
+            elif isinstance(o, torch.Tensor) and o.dtype == _F64:
+                res.append(self.round_site(o, name))
+            else:
+                res.append(o)
+        return tree_unflatten(res, out_spec)
+
+    # -- rounding ----------------------------------------------------------------------------
+
+    def round_site(self, v: torch.Tensor, name: str = "") -> torch.Tensor:
+        """Round one float64 output to float32, writing or following the log (SPEC VI §2)."""
+        site = self.sites
+        if site >= MAX_SITES:
+            raise UnsupportedOp("rounded backend: more rounding sites than SPEC VI §3 allows")
+        self.sites += 1
+        nb = name.encode()
+        dims = struct.pack(f"<B{v.dim()}Q", v.dim(), *v.shape)
+        self.trace = tagged_hash(TAG_TRACE, self.trace, struct.pack("<I", len(nb)), nb, dims)
+        vc = v.detach().contiguous().view(-1)
+        r = vc.to(_F32)
+        vn, rn = vc.cpu().numpy(), r.cpu().numpy()  # no copy on CPU
+        if self.replaying:
+            if self._follow(site, vn, rn) and r.device.type != "cpu":
+                r = torch.from_numpy(rn).to(r.device)
+        else:
+            idx = _band(vn, rn, self.t_bits)
+            if idx.size:
+                self._count += idx.size
+                if self._count > MAX_ENTRIES:
+                    raise UnsupportedOp("rounded backend: rounding log over its entry limit")
+                ups = rn[idx].astype(np.float64) > vn[idx]
+                self._rec.append((site, idx, ups, boundary_distance(vn[idx])))
+        r = r.view(v.shape)
+        if v.is_contiguous():
+            return r
+        return torch.empty_strided(v.shape, v.stride(), dtype=_F32, device=v.device).copy_(r)
+
+    def _follow(self, site: int, v: np.ndarray, r: np.ndarray) -> bool:
+        """Check the log's entries of ``site`` against ``v`` and apply them to ``r``."""
+        elems, ups = self._given.get(site, (_EMPTY, _EMPTY_B))
+        if elems.size:
+            if int(elems[-1]) >= v.size:
+                raise RoundingLogError(
+                    f"rounding log: site {site} has {v.size} elements, entry names "
+                    f"{int(elems[-1])}",
+                    reason=LOG_INVALID,
+                )
+            far = boundary_distance(v[elems]) > 2 * self.t_bits
+            if far.any():
+                e = int(elems[far][0])
+                raise RoundingLogError(
+                    f"rounding log: site {site} element {e} is not within 2τ of a float32 "
+                    "rounding boundary in the verifier's computation",
+                    reason=LOG_INVALID,
+                )
+        need = _band(v, r, self.t_bits // 2)
+        if need.size:
+            missing = need[~np.isin(need, elems)]
+            if missing.size:
+                raise RoundingLogError(
+                    f"rounding log: site {site} element {int(missing[0])} lies within τ/2 of a "
+                    "rounding boundary but the log has no entry for it",
+                    reason=LOG_MISSING,
+                )
+        if elems.size:
+            r[elems] = _neighbour(r[elems], v[elems], ups)
+            return True
+        return False
+
+    def finish(self) -> RoundingLog:
+        """End the interval: the recorded log, or (replay) check the site count and trace."""
+        if self.error is not None:
+            raise self.error
+        if self.replaying:
+            if self.sites != self._log.sites or self.trace != self._log.trace:
+                extra = [s for s in self._given if s >= self.sites]
+                code = LOG_INVALID if extra else TRACE_MISMATCH
+                raise RoundingLogError(
+                    f"rounding log: the verifier ran {self.sites} rounding sites "
+                    f"(trace {self.trace.hex()[:12]}…), the log claims {self._log.sites} "
+                    f"(trace {self._log.trace.hex()[:12]}…)",
+                    reason=code,
+                )
+            return self._log
+        entries = [
+            (site, e, int(u))
+            for site, idx, ups, _ in self._rec
+            for e, u in zip(idx.tolist(), ups.tolist(), strict=True)
+        ]
+        return RoundingLog(
+            self.job_id, self.interval, self.tau_log2, self.sites, self.trace, entries
+        )
+
+    def distances(self) -> list[int]:
+        """Boundary distance (2^-29 gaps) of each recorded entry, in log order (diagnostics)."""
+        return [d for _, _, _, dist in self._rec for d in dist.tolist()]
+
+
+_EMPTY = np.empty(0, dtype=np.int64)
+_EMPTY_B = np.empty(0, dtype=bool)
+
+
+def _group(entries: list[tuple[int, int, int]]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    by_site: dict[int, tuple[list[int], list[bool]]] = {}
+    for site, e, u in entries:
+        es, us = by_site.setdefault(site, ([], []))
+        es.append(e)
+        us.append(bool(u))
+    return {
+        s: (np.array(es, dtype=np.int64), np.array(us, dtype=bool))
+        for s, (es, us) in by_site.items()
+    }
+
+
+def _is_float(a: object) -> bool:
+    return isinstance(a, torch.Tensor) and a.is_floating_point()
+
+
+# Ops that write arguments their schema does not mark ``(a!)``: name -> (flag index, written).
+_UNMARKED_WRITES = {"native_batch_norm": (5, (3, 4))}
+
+
+def _written_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
+    """The tensors an op writes (schema ``Tensor(a!)`` arguments), in schema order."""
+    out: list[torch.Tensor] = []
+    unmarked = _UNMARKED_WRITES.get(func.overloadpacket.__name__)
+    if unmarked is not None:  # native_batch_norm updates running stats when training
+        flag, idx = unmarked
+        if len(args) > flag and args[flag]:
+            out.extend(args[i] for i in idx if isinstance(args[i], torch.Tensor))
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        val = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+        if isinstance(val, torch.Tensor):
+            out.append(val)
+        elif isinstance(val, list | tuple):
+            out.extend(t for t in val if isinstance(t, torch.Tensor))
+    return out
+
+
+def run_rounded(fn: Callable[[], Any], *, mode: RoundedMode) -> tuple[Any, RoundingLog]:
+    """Run ``fn()`` under ``mode`` and finish it: ``(fn's result, log)``."""
+    with mode:
+        result = fn()
+    return result, mode.finish()

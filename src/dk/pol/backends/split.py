@@ -1,0 +1,87 @@
+"""Fused elementwise arithmetic split into float32 operations that round once (SPEC VI §1).
+
+``add``/``sub`` with ``alpha ≠ 1``, ``addcmul``, ``addcdiv`` and ``lerp`` (and their
+``_foreach_`` forms) may run as fused multiply-adds in one kernel path and as two roundings in
+another. The rounded backend computes them as::
+
+    add(a, b, α)          = a ⊕ (b ⊗ f32(α))        sub: a ⊖ (b ⊗ f32(α))
+    rsub(a, b, α)         = b ⊖ (a ⊗ f32(α))
+    addcmul(s, t1, t2, v) = s ⊕ (f32(v) ⊗ (t1 ⊗ t2))
+    addcdiv(s, t1, t2, v) = s ⊕ (f32(v) ⊗ (t1 ⊘ t2))
+    lerp(s, e, w)         = s ⊕ (w ⊗ (e ⊖ s))
+
+each ``⊕ ⊗ ⊘ ⊖`` a separate, correctly rounded float32 operation (one ATen call each), so the
+result is the same on every thread count and device. No log is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+_F32 = torch.float32
+
+
+def _bind(func: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+    vals: dict[str, Any] = {}
+    for i, arg in enumerate(func._schema.arguments):
+        if not arg.kwarg_only and i < len(args):
+            vals[arg.name] = args[i]
+        elif arg.name in kwargs:
+            vals[arg.name] = kwargs[arg.name]
+        else:
+            vals[arg.name] = arg.default_value
+    return vals
+
+
+def _f32(x: Any, like: torch.Tensor) -> Any:
+    """A Python scalar as a float32 0-d tensor (round to nearest); tensors pass."""
+    if isinstance(x, torch.Tensor):
+        return x
+    return torch.tensor(float(x), dtype=_F32, device=like.device)
+
+
+def _one(base: str, v: dict[str, Any], i: int | None) -> torch.Tensor:
+    def get(name: str) -> Any:
+        x = v[name]
+        return x[i] if i is not None and isinstance(x, list | tuple) else x
+
+    s = get("self")
+    if base in ("add", "sub"):
+        b = torch.mul(_f32(get("other"), s), _f32(v.get("alpha", 1), s))
+        return torch.add(s, b) if base == "add" else torch.sub(s, b)
+    if base == "rsub":  # rsub(a, b, α) = b ⊖ (a ⊗ f32(α))
+        return torch.sub(_f32(get("other"), s), torch.mul(s, _f32(v.get("alpha", 1), s)))
+    if base in ("addcmul", "addcdiv"):
+        t = torch.mul(get("tensor1"), get("tensor2")) if base == "addcmul" else torch.div(
+            get("tensor1"), get("tensor2"))  # fmt: skip
+        value = get("scalars") if "scalars" in v else v.get("value", 1)
+        if isinstance(value, torch.Tensor) and value.dim() == 1 and i is not None:
+            value = value[i]  # _foreach_addc*.Tensor: one scalar per list element
+        return torch.add(s, torch.mul(_f32(value, s), t))
+    if base == "lerp":
+        w = get("weight") if "weight" in v else get("weights")
+        return torch.add(s, torch.mul(_f32(w, s), torch.sub(get("end"), s)))
+    raise AssertionError(base)
+
+
+def run_split(func: Any, args: Any, kwargs: Any) -> Any:
+    """Run one fused op as separately rounded float32 operations (in-place and out= honoured)."""
+    name = func.overloadpacket.__name__
+    inplace = name.endswith("_")
+    base = name.rstrip("_").removeprefix("_foreach_")
+    v = _bind(func, args, kwargs)
+    if name.startswith("_foreach_"):
+        res = [_one(base, v, i) for i in range(len(v["self"]))]
+        if inplace:
+            for t, r in zip(v["self"], res, strict=True):
+                t.copy_(r)
+            return None
+        return res
+    r = _one(base, v, None)
+    if inplace:
+        return v["self"].copy_(r)
+    if v.get("out") is not None:
+        return v["out"].copy_(r)
+    return r

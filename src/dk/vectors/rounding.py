@@ -1,0 +1,86 @@
+"""Check ``vectors/rounding/``: rounding-log bytes, commitment and one-site replays (SPEC VI).
+
+``log.json``: valid cases must encode to ``blob`` and decode back, with ``digest``; the root
+case must give ``root``; invalid blobs must be refused with their reason
+(``ROUNDING_LOG_MALFORMED`` by the decoder, ``ROUNDING_LOG_MISMATCH`` by the binding check).
+``replay.json``: following ``log`` on the site ``values`` must give ``rounded`` (valid) or fail
+with ``expected_reason``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dk.errors import FormatError
+from dk.vectors import CaseResult, run_cases
+
+AREA = "rounding"
+MAX_HEX = 1 << 20
+
+
+def _bytes(h: str) -> bytes:
+    if len(h) > 2 * MAX_HEX:
+        raise ValueError("hex field too large")
+    return bytes.fromhex(h)
+
+
+def _check_log(case: dict[str, Any]) -> str:
+    from dk.pol.backends.log import RoundingLog, check_binding, decode_log, log_digest, logs_root
+
+    if "root" in case:
+        root = logs_root([_bytes(b) for b in case["blobs"]])
+        return "" if root.hex() == case["root"] else f"root {root.hex()} differs"
+    blob = _bytes(case["blob"])
+    if case["result"] == "valid":
+        d = case["log"]
+        log = RoundingLog(bytes.fromhex(d["job_id"]), d["interval"], d["tau_log2"], d["sites"],
+                          bytes.fromhex(d["trace"]), [tuple(e) for e in d["entries"]])  # fmt: skip
+        if log.encode() != blob:
+            return "encoding differs"
+        if decode_log(blob) != log:
+            return "decoding differs"
+        return "" if log_digest(blob).hex() == case["digest"] else "digest differs"
+    try:
+        log = decode_log(blob)
+        if "expect" in case:
+            x = case["expect"]
+            check_binding(log, job_id=bytes.fromhex(x["job_id"]), interval=x["interval"],
+                          tau_log2=x["tau_log2"])  # fmt: skip
+    except FormatError as e:
+        return "" if e.reason == case["expected_reason"] else f"refused with {e.reason}"
+    return "invalid log accepted"
+
+
+def _check_replay(case: dict[str, Any]) -> str:
+    import numpy as np
+    import torch
+
+    from dk.pol.backends.log import decode_log
+    from dk.pol.backends.rounded import RoundedMode
+
+    v = np.frombuffer(_bytes(case["values"]), dtype="<f8").astype(np.float64)
+    try:
+        mode = RoundedMode.replay(decode_log(_bytes(case["log"])))
+        r = mode.round_site(torch.from_numpy(v.copy()), case["name"]).numpy()
+        mode.finish()
+    except FormatError as e:
+        if case["result"] == "valid":
+            return f"valid log refused: {e.reason}"
+        return "" if e.reason == case["expected_reason"] else f"refused with {e.reason}"
+    if case["result"] == "invalid":
+        return "invalid log accepted"
+    got = r.astype("<f4").tobytes().hex()
+    return "" if got == case["rounded"] else f"rounded {got} differs"
+
+
+def check(root: Path) -> list[CaseResult]:
+    """Re-derive every case under ``root/rounding/``.
+
+    Args:
+        root: the ``vectors/`` directory.
+
+    Returns:
+        One :class:`CaseResult` per case.
+    """
+    return run_cases(root, AREA, {"log.json": _check_log, "replay.json": _check_replay})

@@ -1,0 +1,135 @@
+"""Validator stake, the market's draw, beacon shares, redraws, and what the audit re-checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from market_support import T0, World
+
+from dk.crypto.canonical_json import canonical_json
+from dk.market import MarketRefused
+from dk.market.beacon import beacon_from, draw, draw_seed
+from dk.market.ledger import event_hash
+
+
+def _rewrite(world: World, pick, edit) -> None:
+    """Edit the data of the first event ``pick(body)`` selects and re-hash the chain after it
+    (a forger with write access to the file; request signatures are untouched)."""
+    con = world.m.ledger.con
+    rows = con.execute("SELECT seq, prev_hash, body FROM events ORDER BY seq").fetchall()
+    prev, done = None, False
+    for seq, prev_hash, raw in rows:
+        body = json.loads(raw)
+        if pick(body) and not done:
+            edit(body["data"])
+            done = True
+        link = prev if prev is not None else bytes(prev_hash)
+        digest = event_hash(link, body)
+        con.execute(
+            "UPDATE events SET prev_hash = ?, hash = ?, body = ? WHERE seq = ?",
+            (link, digest, canonical_json(body), seq),
+        )
+        prev = digest
+
+
+def test_registration_locks_the_stake(world: World) -> None:
+    v1 = world.c["v1"].account
+    assert world.m.holding(f"vstake:{v1}") == 100 and world.m.balance(v1) == 900
+    with pytest.raises(MarketRefused) as e:
+        world.register(["v1"])
+    assert e.value.reason == "ALREADY_REGISTERED"
+    report = world.m.audit()
+    assert report.ok and report.totals["vstake"] == 300
+
+
+def test_match_needs_n_eligible_validators(world: World) -> None:
+    oid = world.do(
+        "consumer",
+        "order",
+        job_id=world.job.job_id.hex(),
+        max_price=100,
+        min_stake=0,
+        deadline=T0 + 1000,
+        policy={"k": 2, "n": 4},
+    )["order_id"]
+    world.do("worker", "bid", price=80, capacity=1, stake=0)
+    with pytest.raises(MarketRefused) as e:
+        world.do("consumer", "match", order_id=oid)
+    assert e.value.reason == "NOT_ENOUGH_VALIDATORS"
+    world.register(["worker2"])
+    drawn = world.do("consumer", "match", order_id=oid)["validators"]
+    assert len(drawn) == 4 and len(set(drawn)) == 4
+
+
+def test_draw_is_the_specified_function_of_head_and_consumer_signature(world: World) -> None:
+    oid = world.do(
+        "consumer",
+        "order",
+        job_id=world.job.job_id.hex(),
+        max_price=100,
+        min_stake=0,
+        deadline=T0 + 1000,
+        policy={"k": 1, "n": 2},
+    )["order_id"]
+    world.do("worker", "bid", price=80, capacity=1, stake=0)
+    head = world.m.ledger.head()[1]
+    env = world.c["consumer"].request("match", order_id=oid)
+    drawn = world.at(T0).execute(env)["validators"]
+    seed = draw_seed(world.m.market_id, head, oid, 0, bytes.fromhex(env["signature"]))
+    assert drawn == draw(seed, [world.c[n].account for n in ("v1", "v2", "v3")], 2)
+
+
+def test_shares_fix_the_beacon(world: World) -> None:
+    oid, _ = world.to_submitted()
+    with pytest.raises(MarketRefused) as e:
+        world.do(
+            "v1",
+            "beacon_share",
+            order_id=oid,
+            signature=world.bls.sign(world.sk["v1"], b"another message").hex(),
+        )
+    assert e.value.reason == "BAD_SHARE"
+    world.share(oid, ["v1"])
+    with pytest.raises(MarketRefused) as e:
+        world.share(oid, ["v1"])
+    assert e.value.reason == "ALREADY_SHARED"
+    assert world.m.order(oid)["beacon"] is None
+    out = world.share(oid, ["v2", "v3"])
+    assert out["beacon"] == beacon_from(bytes.fromhex(out["aggregate"])).hex()
+    assert world.m.order(oid)["beacon"] == out["beacon"]
+    assert world.m.audit().ok
+
+
+def test_audit_catches_a_rewritten_draw(world: World) -> None:
+    world.register(["worker2"])  # four validators, three drawn: a swap is possible
+    oid, _ = world.to_submitted()
+    drawn = world.m.show(oid)["validators"]
+    spare = next(
+        world.c[n].account for n in ("v1", "v2", "v3", "worker2") if world.c[n].account not in drawn
+    )
+    _rewrite(world, lambda b: b["kind"] == "match", lambda d: d["validators"].__setitem__(0, spare))
+    assert any(p.split(": ")[1] == "DRAW_MISMATCH" for p in world.m.audit().problems)
+
+
+def test_audit_catches_a_rewritten_beacon(world: World) -> None:
+    oid, bundle = world.to_submitted()
+    world.share(oid)
+    world.at(T0 + 10).verify_result(oid, bundle, world.job)
+
+    _rewrite(world, lambda b: "beacon" in b["data"], lambda d: d.update(beacon="11" * 32))
+    problems = world.m.audit().problems
+    assert any("BEACON_MISMATCH" in p for p in problems), problems
+
+
+def test_redraw_with_an_empty_pool_shrinks_the_set(world: World) -> None:
+    oid, _ = world.to_submitted()
+    world.share(oid, ["v1", "v2"])
+    t = world.m.order(oid)["share_deadline"]
+    out = world.at(t).redraw(oid)
+    assert out["validators"] == [v for v in world.m.show(oid)["validators"]]
+    assert world.c["v3"].account not in out["validators"] and out["beacon"]  # fixed by v1, v2
+    with pytest.raises(MarketRefused) as e:
+        world.at(t + 1000).redraw(oid)
+    assert e.value.reason == "BAD_STATE"
+    assert world.m.audit().ok

@@ -1,0 +1,30 @@
+"""Work estimates from the job's own model graph (SPEC V §11)."""
+
+from __future__ import annotations
+
+from dk.market.work import estimate_work, step_flops
+from dk.pol.jobinit import default_job
+
+
+def test_step_flops_follow_the_model_graph() -> None:
+    small = step_flops(default_job(hidden=[64], batch_size=32))
+    assert small == step_flops(default_job(hidden=[64], batch_size=32))  # deterministic
+    # the matmul FLOPs (forward 2·b·(64·h + h·10), backward twice that) dominate
+    wide = step_flops(default_job(hidden=[256], batch_size=32))
+    assert 3.5 < wide / small < 4.5
+    assert step_flops(default_job(hidden=[64], batch_size=64)) > 1.8 * small
+    b = 32
+    forward = 2 * b * (64 * 64 + 64 * 10)
+    backward = 2 * (2 * b * 64 * 10) + 2 * b * 64 * 64  # no gradient for the input batch
+    update = 4 * (64 * 64 + 64 + 64 * 10 + 10)  # SGD with momentum, per parameter
+    assert small == forward + backward + update
+
+
+def test_estimate_scales_with_steps_and_samples() -> None:
+    j = default_job(steps=200, interval=10)
+    e = estimate_work(j, samples=5, flops_per_step=1_000_000)
+    assert (e.steps, e.train_flops) == (200, 200_000_000)
+    assert e.verify_flops == 1_000_000 * 5 * 10
+    assert e.fee == max(1, round((e.train_flops + e.verify_flops) / 1e9))
+    assert estimate_work(j, samples=5, flops_per_step=10**9, gflop_price=3).fee == 3 * 250
+    assert estimate_work(j, samples=999, flops_per_step=1).verify_flops == 200  # all intervals

@@ -1,0 +1,183 @@
+"""The rounded dispatch mode in one process: honest replay, forgeries, coverage errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from dk.errors import FormatError
+from dk.pol.backends import examples as ex
+from dk.pol.backends.log import (
+    LOG_INVALID,
+    LOG_MISMATCH,
+    LOG_MISSING,
+    TRACE_MISMATCH,
+    RoundingLog,
+    check_binding,
+    decode_log,
+)
+from dk.pol.backends.rounded import RoundedMode, UnsupportedOp, boundary_distance
+from dk.pol.checkpoint import checkpoint_root
+
+JOB = bytes(range(32))
+CFG = {"seed": 3, "width": 64, "batch": 16}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _record(steps: range, interval: int = 0) -> tuple[bytes, RoundingLog, RoundedMode]:
+    b = ex.build("mlp", **CFG)
+    ex.train(b, range(steps.start))
+    mode = RoundedMode.record(job_id=JOB, interval=interval)
+    ex.train(b, steps, lambda: mode)
+    return checkpoint_root(ex.state_tensors(b["model"], b["opt"])), mode.finish(), mode
+
+
+def _replay(log: RoundingLog, steps: range) -> bytes:
+    b = ex.build("mlp", **CFG)
+    ex.train(b, range(steps.start))
+    mode = RoundedMode.replay(log)
+    ex.train(b, steps, lambda: mode)
+    mode.finish()
+    return checkpoint_root(ex.state_tensors(b["model"], b["opt"]))
+
+
+@pytest.fixture(scope="module")
+def honest() -> tuple[bytes, RoundingLog, list[int]]:
+    torch.set_num_threads(1)
+    root, log, mode = _record(range(0, 2))
+    assert len(log.entries) > 20  # the forgeries below need entries to work on
+    return root, decode_log(log.encode()), mode.distances()
+
+
+def _reason(log: RoundingLog) -> str:
+    with pytest.raises(FormatError) as e:
+        _replay(log, range(0, 2))
+    return str(e.value.reason)
+
+
+def test_honest_log_replays_to_committed_root(honest: Any) -> None:
+    root, log, _ = honest
+    assert _replay(log, range(0, 2)) == root
+
+
+def test_tampered_direction_changes_the_root(honest: Any) -> None:
+    root, log, _ = honest
+    site, elem, up = log.entries[-1]
+    forged = RoundingLog(**{**vars(log), "entries": [*log.entries[:-1], (site, elem, 1 - up)]})
+    assert _replay(forged, range(0, 2)) != root  # verifier: REPLAY_MISMATCH
+
+
+def test_entry_far_from_boundary_rejected(honest: Any) -> None:
+    _, log, _ = honest
+    site, elem, _up = log.entries[0]
+    taken = {e for s, e, _ in log.entries if s == site}
+    other = next(e for e in range(elem + 1, elem + 10_000) if e not in taken)
+    entries = sorted([*log.entries, (site, other, 1)])
+    assert _reason(RoundingLog(**{**vars(log), "entries": entries})) == LOG_INVALID
+
+
+def test_entry_beyond_the_tensor_rejected(honest: Any) -> None:
+    _, log, _ = honest
+    site = log.entries[-1][0]
+    entries = [*log.entries, (site, 2**40, 0)]
+    assert _reason(RoundingLog(**{**vars(log), "entries": entries})) == LOG_INVALID
+
+
+def test_dropped_entry_rejected(honest: Any) -> None:
+    _, log, dist = honest
+    nearest = int(np.argmin(dist))  # an entry within τ/2 of its boundary
+    entries = log.entries[:nearest] + log.entries[nearest + 1 :]
+    assert _reason(RoundingLog(**{**vars(log), "entries": entries})) == LOG_MISSING
+
+
+def test_log_of_another_interval_rejected(honest: Any) -> None:
+    _, log0, _ = honest
+    root1, log1, _ = _record(range(2, 4), interval=1)
+    with pytest.raises(FormatError) as e:
+        check_binding(log0, job_id=JOB, interval=1, tau_log2=log1.tau_log2)
+    assert e.value.reason == LOG_MISMATCH
+    # re-labelled as interval 1: its entries do not sit on interval 1's boundaries
+    relabelled = RoundingLog(**{**vars(log0), "interval": 1})
+    with pytest.raises(FormatError) as e:
+        _replay(relabelled, range(2, 4))
+    assert e.value.reason in (LOG_INVALID, LOG_MISSING)
+    assert _replay(log1, range(2, 4)) == root1
+
+
+def test_short_replay_is_a_trace_mismatch(honest: Any) -> None:
+    _, log, _ = honest
+    b = ex.build("mlp", **CFG)
+    mode = RoundedMode.replay(log)
+    ex.train(b, range(0, 1), lambda: mode)
+    with pytest.raises(FormatError) as e:
+        mode.finish()
+    assert e.value.reason in (TRACE_MISMATCH, LOG_INVALID)
+
+
+def test_uncovered_op_fails_at_record_time() -> None:
+    x = torch.randn(8, 8)
+    with pytest.raises(UnsupportedOp, match="cumprod"), RoundedMode.record(job_id=JOB, interval=0):
+        torch.cumprod(x, 0)
+    d = torch.randn(4, 4, dtype=torch.float64)
+    with pytest.raises(UnsupportedOp, match="float64"), RoundedMode.record(job_id=JOB, interval=0):
+        d @ d
+
+
+def test_error_in_backward_is_kept_for_finish() -> None:
+    class Odd(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+        @staticmethod
+        def backward(ctx: Any, g: torch.Tensor) -> torch.Tensor:
+            return torch.cumprod(g, 0)
+
+    x = torch.randn(4, requires_grad=True)
+    mode = RoundedMode.record(job_id=JOB, interval=0)
+    with pytest.raises(Exception), mode:  # noqa: B017 - autograd may wrap it
+        Odd.apply(x).sum().backward()
+    with pytest.raises(UnsupportedOp):
+        mode.finish()
+
+
+def test_fused_ops_are_split_into_single_roundings() -> None:
+    g = torch.Generator().manual_seed(0)
+    s, a, b = (torch.randn(1000, generator=g) for _ in range(3))
+    with RoundedMode.record(job_id=JOB, interval=0) as mode:
+        out = s.clone().addcmul_(a, b, value=0.3)
+        lerp = torch.lerp(s, a, 0.1)
+        add = torch.add(s, a, alpha=-0.05)
+    assert mode.sites == 0  # no float64 site, hence no log
+    v = torch.tensor(0.3, dtype=torch.float32)
+    assert torch.equal(out, s + v * (a * b))
+    assert torch.equal(lerp, s + torch.tensor(0.1) * (a - s))
+    assert torch.equal(add, s + a * torch.tensor(-0.05))
+
+
+def test_in_place_covered_op_writes_back() -> None:
+    bn = torch.nn.BatchNorm1d(4)
+    x = torch.randn(16, 4)
+    with RoundedMode.record(job_id=JOB, interval=0):
+        bn(x)
+    assert bn.running_mean.dtype == torch.float32
+    want = (0.1 * x.double().mean(0)).float()
+    assert torch.equal(bn.running_mean, want)
+
+
+def test_boundary_distance_subnormal_and_specials() -> None:
+    tiny = 2.0**-149
+    v = np.array([tiny * 0.5, tiny * 0.25, tiny * 3.5, 0.0, np.inf, np.nan, 3.0e38 * 10])
+    d = boundary_distance(v)
+    assert d[0] == 0 and d[1] == 2**27 and d[2] == 0
+    assert (d[3:] == 2**28).all()

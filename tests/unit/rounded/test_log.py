@@ -1,0 +1,96 @@
+"""The rounding log's byte format (SPEC VI §3-§4): round trips, strict parsing, binding."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from dk.errors import FormatError
+from dk.pol.backends.log import (
+    HEADER_SIZE,
+    LOG_MALFORMED,
+    LOG_MISMATCH,
+    MAX_ENTRIES,
+    RoundingLog,
+    check_binding,
+    decode_log,
+    log_digest,
+    logs_root,
+)
+
+JOB = bytes(range(32))
+
+
+def _log(**kw: object) -> RoundingLog:
+    base = {"job_id": JOB, "interval": 2, "tau_log2": 12, "sites": 10, "trace": b"\x07" * 32,
+            "entries": [(0, 0, 1), (0, 5, 0), (3, 1000, 1), (9, 2**40, 0)]}  # fmt: skip
+    return RoundingLog(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_round_trip_and_layout() -> None:
+    log = _log()
+    blob = log.encode()
+    assert decode_log(blob) == log
+    assert blob[:8] == b"DKRL\x01\x01\x0c\x00" and blob[8:40] == JOB
+    assert struct.unpack_from("<QQ", blob, 40) == (2, 10)
+    assert struct.unpack_from("<Q", blob, 88) == (4,)
+    # entry 2 of site 0 is a delta (5 - 0 = 5 -> field 10); site 3 jumps by 3
+    assert blob[HEADER_SIZE:HEADER_SIZE + 6] == bytes([0, 1, 0, 10, 3, 0xD1])  # fmt: skip
+
+
+def test_empty_log() -> None:
+    log = _log(entries=[], sites=0)
+    assert decode_log(log.encode()) == log and len(log.encode()) == HEADER_SIZE
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda b: b"DKRX" + b[4:],  # magic
+        lambda b: b[:4] + b"\x02" + b[5:],  # version
+        lambda b: b[:5] + b"\x02" + b[6:],  # precision
+        lambda b: b[:6] + b"\x07" + b[7:],  # tau_log2 below 8
+        lambda b: b[:7] + b"\x01" + b[8:],  # reserved byte
+        lambda b: b + b"\x00",  # trailing byte
+        lambda b: b[:-1],  # truncated
+        lambda b: b[:88] + struct.pack("<Q", 5) + b[96:],  # count larger than entries
+        lambda b: b[:HEADER_SIZE] + b"\x80\x00" + b[HEADER_SIZE + 1 :],  # non-minimal varint
+        lambda b: b[: HEADER_SIZE + 2] + b"\x00\x00" + b[HEADER_SIZE + 4 :],  # repeated element
+        lambda b: b[:48] + struct.pack("<Q", 3) + b[56:],  # site 9 >= sites 3
+    ],
+)
+def test_malformed_blobs_rejected(mutate: object) -> None:
+    blob = mutate(_log().encode())  # type: ignore[operator]
+    with pytest.raises(FormatError) as e:
+        decode_log(blob)
+    assert e.value.reason == LOG_MALFORMED
+
+
+def test_encoder_refuses_bad_logs() -> None:
+    with pytest.raises(FormatError):
+        _log(entries=[(3, 1, 0), (0, 1, 0)]).encode()
+    with pytest.raises(FormatError):
+        _log(entries=[(10, 1, 0)]).encode()  # site >= sites
+    with pytest.raises(FormatError):
+        _log(entries=[(0, 1, 2)]).encode()
+    with pytest.raises(FormatError):
+        _log(entries=[(0, i, 0) for i in range(MAX_ENTRIES + 1)], sites=1).encode()
+
+
+def test_binding_to_job_interval_and_tau() -> None:
+    log = _log()
+    check_binding(log, job_id=JOB, interval=2, tau_log2=12)
+    for kw in ({"job_id": bytes(32)}, {"interval": 3}, {"tau_log2": 13}):
+        args = {"job_id": JOB, "interval": 2, "tau_log2": 12, **kw}
+        with pytest.raises(FormatError) as e:
+            check_binding(log, **args)  # type: ignore[arg-type]
+        assert e.value.reason == LOG_MISMATCH
+
+
+def test_logs_root_commits_to_every_blob() -> None:
+    blobs = [_log(interval=i).encode() for i in range(3)]
+    root = logs_root(blobs)
+    assert root != logs_root([blobs[0], blobs[2], blobs[1]])
+    assert root != logs_root(blobs[:2])
+    assert log_digest(blobs[0]) != log_digest(blobs[1])

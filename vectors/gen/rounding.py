@@ -1,0 +1,175 @@
+"""Generate ``vectors/rounding/``: rounding-log bytes and replays of one site (SPEC VI).
+
+Deterministic (fixed values, no clock); ``python -m vectors.gen rounding``. Checked by
+:mod:`dk.vectors.rounding`.
+
+* ``log.json``: logs with their canonical bytes and digests, a ``rounding_log_root``; malformed
+  blobs (``ROUNDING_LOG_MALFORMED``) and logs bound to another interval or τ
+  (``ROUNDING_LOG_MISMATCH``).
+* ``replay.json``: one float64 site (an ``mm.default`` output of 16 values placed at chosen
+  distances from float32 boundaries) and a log to follow: the float32 bits to expect, or the
+  reason the verifier rejects the log.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dk.pol.backends.log import RoundingLog, log_digest, logs_root
+from dk.vectors import write_cases
+
+JOB = bytes(range(32))
+K = 12
+
+
+def _log(**kw: Any) -> RoundingLog:
+    base: dict[str, Any] = {"job_id": JOB, "interval": 0, "tau_log2": K, "sites": 4,
+                            "trace": bytes([7]) * 32, "entries": []}  # fmt: skip
+    return RoundingLog(**{**base, **kw})
+
+
+def _as_dict(log: RoundingLog) -> dict[str, Any]:
+    return {"job_id": log.job_id.hex(), "interval": log.interval, "tau_log2": log.tau_log2,
+            "sites": log.sites, "trace": log.trace.hex(),
+            "entries": [list(e) for e in log.entries]}  # fmt: skip
+
+
+def _log_cases() -> list[dict[str, Any]]:
+    valid = [
+        ("empty log", _log(sites=0)),
+        ("one entry", _log(entries=[(2, 5, 1)])),
+        ("deltas within a site and across sites",
+         _log(entries=[(0, 0, 0), (0, 1, 1), (0, 300, 0), (3, 7, 1)])),
+        ("element needing a 7-byte varint", _log(entries=[(1, 2**47, 1)])),
+        ("interval 9, tau 2^-20", _log(interval=9, tau_log2=20, sites=1, entries=[(0, 0, 1)])),
+    ]  # fmt: skip
+    cases: list[dict[str, Any]] = []
+    for comment, log in valid:
+        blob = log.encode()
+        cases.append({"comment": comment, "result": "valid", "log": _as_dict(log),
+                      "blob": blob.hex(), "digest": log_digest(blob).hex()})  # fmt: skip
+    blobs = [log.encode() for _, log in valid]
+    cases.append({"comment": "rounding_log_root over the five logs above, in order",
+                  "result": "valid", "blobs": [b.hex() for b in blobs],
+                  "root": logs_root(blobs).hex()})  # fmt: skip
+    good = _log(entries=[(0, 0, 0), (0, 1, 1), (3, 7, 1)]).encode()
+    h = 96
+    bad = [
+        ("bad magic", b"DKRX" + good[4:]),
+        ("version 2", good[:4] + b"\x02" + good[5:]),
+        ("precision 2", good[:5] + b"\x02" + good[6:]),
+        ("tau_log2 7", good[:6] + b"\x07" + good[7:]),
+        ("tau_log2 25", good[:6] + b"\x19" + good[7:]),
+        ("reserved byte set", good[:7] + b"\x01" + good[8:]),
+        ("short header", good[:95]),
+        ("trailing byte", good + b"\x00"),
+        ("truncated entry", good[:-1]),
+        ("count above the entries present", good[:88] + struct.pack("<Q", 4) + good[96:]),
+        ("count above MAX_ENTRIES", good[:88] + struct.pack("<Q", 2**24 + 1) + good[96:]),
+        ("sites above 2^40", good[:48] + struct.pack("<Q", 2**40 + 1) + good[56:]),
+        ("site 3 not below sites = 3", good[:48] + struct.pack("<Q", 3) + good[56:]),
+        ("non-minimal varint (0x80 0x00)", good[:h] + b"\x80\x00" + good[h + 1 :]),
+        ("varint of 11 bytes", good[:h] + b"\xff" * 10 + b"\x01" + good[h + 1 :]),
+        ("repeated element (delta 0 within a site)", good[:h + 2] + b"\x00\x00" + good[h + 4 :]),
+        ("element 2^48", _log(entries=[]).encode()[:88] + struct.pack("<Q", 1) + b"\x00"
+         + bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x04])),
+    ]  # fmt: skip
+    for comment, blob in bad:
+        cases.append({"comment": comment, "result": "invalid", "blob": blob.hex(),
+                      "expected_reason": "ROUNDING_LOG_MALFORMED"})  # fmt: skip
+    for comment, expect in [
+        ("log of interval 0 presented for interval 1", {"interval": 1}),
+        ("log of another job", {"job_id": bytes(32).hex()}),
+        ("log with tau 2^-12 for a job with tau 2^-16", {"tau_log2": 16}),
+    ]:
+        binding = {"job_id": JOB.hex(), "interval": 0, "tau_log2": K, **expect}
+        cases.append({"comment": comment, "result": "invalid", "blob": good.hex(),
+                      "expect": binding, "expected_reason": "ROUNDING_LOG_MISMATCH"})  # fmt: skip
+    return cases
+
+
+# fractions of the float32 gap above each base value (t = 2^17 units of 2^-29 gap for k = 12)
+_FRACS = [0.5, 0.5 + 2.0**-14, 0.5 - 2.0**-12.5, 0.5 + 2.0**-11.5, 0.25, 0.0, 0.75, 0.5]
+
+
+def site_values() -> np.ndarray:
+    """16 float64 values at chosen distances from float32 boundaries (normal and subnormal)."""
+    out = []
+    for base in (1.0, -3.0):
+        b = np.float32(base)
+        gap = float(np.spacing(np.abs(b)))
+        out += [np.sign(base) * (abs(float(b)) + f * gap) for f in _FRACS[:6]]
+    out += [2.0**-149 * 0.5, 2.0**-149 * 3.5, 2.0**-149 * 1.25, 0.0]  # subnormal tie, tie, far, 0
+    return np.array(out, dtype=np.float64)
+
+
+def _replay_cases() -> list[dict[str, Any]]:
+    import torch
+
+    from dk.pol.backends.rounded import RoundedMode
+
+    v = site_values()
+    mode = RoundedMode.record(job_id=JOB, interval=0, tau_log2=K)
+    mode.round_site(torch.from_numpy(v.copy()), "mm.default")
+    honest = mode.finish()
+    cases: list[dict[str, Any]] = []
+
+    def add(comment: str, log: RoundingLog, reason: str | None = None) -> None:
+        case: dict[str, Any] = {"comment": comment, "values": v.astype("<f8").tobytes().hex(),
+                                "name": "mm.default", "log": log.encode().hex()}  # fmt: skip
+        if reason is None:
+            replay = RoundedMode.replay(log)
+            r = replay.round_site(torch.from_numpy(v.copy()), "mm.default").numpy()
+            replay.finish()
+            case.update(result="valid", rounded=r.astype("<f4").tobytes().hex())
+        else:
+            case.update(result="invalid", expected_reason=reason)
+        cases.append(case)
+
+    e = honest.entries
+    add(f"honest log ({len(e)} entries: ties and near-ties, normal and subnormal)", honest)
+    flipped = [(s, i, 1 - d) if i == 1 else (s, i, d) for s, i, d in e]
+    add("worker took the other side at an element within 2τ (allowed; one ulp)",
+        RoundingLog(**{**vars(honest), "entries": flipped}))  # fmt: skip
+    near_2t = [(0, 3, 0), *e] if (0, 3) not in {x[:2] for x in e} else e
+    add("entry for an element between τ and 2τ of its boundary (allowed)",
+        RoundingLog(**{**vars(honest), "entries": sorted(near_2t)}))  # fmt: skip
+    add(
+        "entry for an element a quarter gap from its boundary",
+        RoundingLog(**{**vars(honest), "entries": sorted([*e, (0, 4, 1)])}),
+        "ROUNDING_LOG_INVALID",
+    )
+    add(
+        "entry for an exactly representable value",
+        RoundingLog(**{**vars(honest), "entries": sorted([*e, (0, 5, 1)])}),
+        "ROUNDING_LOG_INVALID",
+    )
+    add(
+        "entry beyond the site's 16 elements",
+        RoundingLog(**{**vars(honest), "entries": [*e, (0, 16, 1)]}),
+        "ROUNDING_LOG_INVALID",
+    )
+    add("tie entry dropped", RoundingLog(**{**vars(honest), "entries": e[1:]}),
+        "ROUNDING_LOG_MISSING")  # fmt: skip
+    add(
+        "log claims two sites, the verifier ran one",
+        RoundingLog(**{**vars(honest), "sites": 2}),
+        "ROUNDING_TRACE_MISMATCH",
+    )
+    add("log trace of another program", RoundingLog(**{**vars(honest), "trace": bytes(32)}),
+        "ROUNDING_TRACE_MISMATCH")  # fmt: skip
+    return cases
+
+
+def _number(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"tcId": i + 1, **c} for i, c in enumerate(cases)]
+
+
+def generate(root: Path) -> None:
+    """Write ``root/rounding/log.json`` and ``root/rounding/replay.json``."""
+    write_cases(root / "rounding" / "log.json", "rounding-log", _number(_log_cases()))
+    write_cases(root / "rounding" / "replay.json", "rounding-replay", _number(_replay_cases()))
