@@ -1283,7 +1283,133 @@ def challenge_cases() -> list[Case]:
     return _number(cases)
 
 
+TRAINING_JOBS = {
+    "constant": "",
+    "step decay": "schedule = 'step'\nstep_size = 3\ngamma = 0.5\nlr = 0.1\n",
+    "warm-up and cosine": "schedule = 'cosine'\nwarmup_steps = 4\nmin_lr = 0.001\nsteps = 20\n",
+}
+
+
+def training_cases() -> list[Case]:
+    """Per-step seeds, LR schedules, augmentation draws, model-source digests (SPEC §8.3,
+    §8.4, §9.3)."""
+    import hashlib
+
+    from dk.pol.augment import augment_batch, step_seed
+    from dk.pol.modelsrc import TAG_MODEL_SOURCE, init_seed
+    from dk.pol.schedule import lr_at
+
+    cases: list[Case] = []
+    for seed, t, j in ((0, 0, 0), (7, 123, 1), ((1 << 63) - 1, 10**6, 3)):
+        cases.append(
+            {
+                "comment": f"step seed of micro-batch {j} of step {t}",
+                "result": "valid",
+                "kind": "step_seed",
+                "seed": str(seed),
+                "step": t,
+                "micro": j,
+                "value": str(step_seed(seed, t, j)),
+            }
+        )
+    cases.append(
+        {
+            "comment": "step and micro-batch swapped",
+            "result": "invalid",
+            "kind": "step_seed",
+            "seed": "7",
+            "step": 123,
+            "micro": 1,
+            "value": str(step_seed(7, 1, 123)),
+            "expected_reason": "SEED_MISMATCH",
+        }
+    )
+    cases.append(
+        {
+            "comment": "torch seed of the seeded construction",
+            "result": "valid",
+            "kind": "init_seed",
+            "seed": "5",
+            "value": str(init_seed(5)),
+        }
+    )
+    for name, extra in TRAINING_JOBS.items():
+        job = parse_job(DIMS + "[train]\n" + extra)
+        steps = list(range(min(job.steps, 24)))
+        cases.append(
+            {
+                "comment": f"learning rates, {name}",
+                "result": "valid",
+                "kind": "lr",
+                "job": DIMS + "[train]\n" + extra,
+                "steps": steps,
+                "lrs": [repr(lr_at(job, t)) for t in steps],
+            }
+        )
+    job = parse_job(DIMS + "[train]\n" + TRAINING_JOBS["warm-up and cosine"])
+    cases.append(
+        {
+            "comment": "warm-up that starts at 0 (t / W instead of (t + 1) / W)",
+            "result": "invalid",
+            "kind": "lr",
+            "job": DIMS + "[train]\n" + TRAINING_JOBS["warm-up and cosine"],
+            "steps": [0, 1, 2, 3],
+            "lrs": [repr(job.train["lr"] * t / 4) for t in range(4)],
+            "expected_reason": "LR_MISMATCH",
+        }
+    )
+    x = np.arange(3 * 2 * 4 * 4, dtype=np.float32).reshape(3, 2, 4, 4)
+    for aug, step in ((["crop:2", "flip"], 0), (["flip", "crop:1"], 9)):
+        job = parse_job(DIMS + f"[train]\naugment = {aug!r}\n")
+        cases.append(
+            {
+                "comment": f"augmentation {aug} at step {step}",
+                "result": "valid",
+                "kind": "augment",
+                "job": DIMS + f"[train]\naugment = {aug!r}\n",
+                "step": step,
+                "x": array_to(x),
+                "out": array_to(augment_batch(job, step, x)),
+            }
+        )
+    job = parse_job(DIMS + "[train]\naugment = ['crop:2', 'flip']\n")
+    cases.append(
+        {
+            "comment": "augmentation drawn at another step",
+            "result": "invalid",
+            "kind": "augment",
+            "job": DIMS + "[train]\naugment = ['crop:2', 'flip']\n",
+            "step": 0,
+            "x": array_to(x),
+            "out": array_to(augment_batch(job, 1, x)),
+            "expected_reason": "AUGMENT_MISMATCH",
+        }
+    )
+    src = b"import torch\n\ndef build(width=8):\n    return torch.nn.Linear(width, 2)\n"
+    cases.append(
+        {
+            "comment": "model file digest",
+            "result": "valid",
+            "kind": "source",
+            "source": src.hex(),
+            "digest": tagged_hash(TAG_MODEL_SOURCE, src).hex(),
+        }
+    )
+    cases.append(
+        {
+            "comment": "plain SHA-256 of the model file (no tag)",
+            "result": "invalid",
+            "kind": "source",
+            "source": src.hex(),
+            "digest": hashlib.sha256(src).hexdigest(),
+            "expected_reason": "JOB_MISMATCH",
+        }
+    )
+    return _number(cases)
+
+
 FILES: dict[str, tuple[str, Callable[[], list[Case]]]] = {
+    "training.json": ("training", training_cases),
     "job.json": ("job", job_cases),
     "data.json": ("data", data_cases),
     "sampler.json": ("sampler", sampler_cases),

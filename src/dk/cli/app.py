@@ -70,6 +70,7 @@ _LAZY_COMMANDS = {
     "verify-many": ("dk.cli.commands", "verify_many_cmd"),
     "challenge": ("dk.cli.commands", "challenge"),
     "calibrate": ("dk.cli.commands", "calibrate"),
+    "export": ("dk.cli.commands", "export"),
     "vectors": ("dk.cli.commands", "vectors"),
     "compress": ("dk.cli.compress", "compress"),
     "market": ("dk.cli.market", "market"),

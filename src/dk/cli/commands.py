@@ -119,11 +119,19 @@ def job() -> None:
 @click.option(
     "--out", required=True, type=click.Path(dir_okay=False), help="Where to write the job."
 )
+@click.option(
+    "--from",
+    "draft",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Complete a hand-written draft job.toml (model files, schedules, data kinds, ...).",
+)
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def job_init(
     app: App,
+    draft: str | None,
     arch: str,
     hidden: str,
     mode: str,
@@ -157,6 +165,16 @@ def job_init(
         widths = [int(h) for h in hidden.split(",") if h.strip()]
     except ValueError:
         raise click.BadParameter("comma-separated integers", param_hint="--hidden") from None
+    if draft is not None:
+        from dk.pol.jobinit import complete_job
+
+        spec = complete_job(draft, tolerance=tolerance)
+        out_p.write_text(spec.to_toml())
+        if as_json:
+            app.emit_json({"job": out, "job_id": spec.job_id.hex(), "spec": spec.spec})
+        else:
+            app.print(f"wrote {out}  job_id {spec.job_id.hex()}", markup=False)
+        return
     npz = dataset != "digits"
     data_path = None
     if npz:
@@ -587,6 +605,26 @@ def calibrate(
         app.print(f"cheat {name}: distance {d:.3e}", markup=False)
     if cal.note:
         app.print(f"FORCED: {cal.note}", markup=False)
+
+
+@click.command(short_help="Write the final weights as safetensors")
+@click.argument("source", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="safetensors file.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def export(app: App, source: str, out: str, as_json: bool) -> None:
+    """Write the final model weights and buffers of SOURCE (a run or a bundle) to OUT."""
+    from dk.pol.export import export_weights
+
+    done = export_weights(source, out)
+    if as_json:
+        app.emit_json(done)
+    else:
+        app.print(
+            f"wrote {out}: {done['tensors']} tensors of step {done['step']} "
+            f"(checkpoint {done['root'][:16]}…)",
+            markup=False,
+        )
 
 
 @click.group(short_help="Check the test vectors")

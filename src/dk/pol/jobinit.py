@@ -69,8 +69,44 @@ def default_job(
         raw["pol"]["tolerance"] = PROVISIONAL_TOLERANCE
     for sec, values in extra.items():
         raw.setdefault(sec, {}).update(values)
+    return _complete(raw, base_dir, tolerance, init_extra)
+
+
+def complete_job(
+    draft: str | Path, *, tolerance: float | None = None, init_extra: Any = None
+) -> JobSpec:
+    """A draft ``job.toml`` (any keys of SPEC §6.1) with every commitment filled in.
+
+    ``data.root``, the model file's or entry point's digest, ``init.root`` of an
+    ``init.safetensors``, registry dimensions, ``pol.init_root`` and, in tolerant mode without
+    a tolerance, the one ``dk calibrate`` recommends. Paths resolve beside the draft.
+    """
+    import tomllib
+
+    path = Path(draft)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise FormatError(f"job draft {path}: {e}", reason="JOB_MALFORMED") from None
+    for sec in ("model", "data", "train", "init", "pol"):
+        raw.setdefault(sec, {})
+    given = raw["pol"].get("tolerance", tolerance)
+    if raw["pol"].get("mode") == "tolerant" and given is None:
+        raw["pol"]["tolerance"] = PROVISIONAL_TOLERANCE
+    elif given is not None:
+        raw["pol"]["tolerance"] = given
+    for key in ("root",):  # recomputed from the files beside the draft
+        raw["data"].pop(key, None)
+    raw["pol"].pop("init_root", None)
+    return _complete(raw, path.resolve().parent, given, init_extra)
+
+
+def _complete(
+    raw: dict[str, Any], base_dir: Path, tolerance: float | None, init_extra: Any
+) -> JobSpec:
     if "source" in raw["model"] or "entry" in raw["model"]:
         return _custom_job(raw, base_dir, tolerance)
+    arch = raw["model"].get("arch", "mlp")
     _fill_init_root(raw, base_dir)
     probe_model = {**raw["model"], "output_dim": 1}
     probe_model.setdefault(
@@ -145,7 +181,7 @@ def _pin(job: JobSpec, init_extra: Any, tolerance: float | None) -> JobSpec:
         from dk.pol.calibrate import calibrate
 
         # One source of truth: the tolerance `dk calibrate` recommends for this very job.
-        cal = calibrate(job, intervals=2, cheats=False)
+        cal = calibrate(job, intervals=2)  # refuses a tolerance that a cheap cheat fits in
         job = job.with_updates(pol={"tolerance": cal.recommended_tolerance})
     return job
 

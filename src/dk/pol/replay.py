@@ -139,10 +139,15 @@ def distances(
     tiny = np.finfo(np.float64).tiny
     # SPEC §1.4: fixed-order sums, so the verdict l2 <= tolerance is the same on every machine.
     nc, nr = (math.sqrt(fold_sum_inplace(u * u)) for u in (upd_c, upd_r))
+
+    def ratio(num: float, den: float) -> float:  # a claimed update of zero: infinitely far
+        return num / den if den >= tiny else (0.0 if num == 0.0 else float("inf"))
+
     return {
-        "l2": math.sqrt(fold_sum_inplace(diff * diff)) / max(nc, tiny),
-        "linf": float(np.max(np.abs(diff), initial=0.0))
-        / max(float(np.max(np.abs(upd_c), initial=0.0)), tiny),
+        "l2": ratio(math.sqrt(fold_sum_inplace(diff * diff)), nc),
+        "linf": ratio(
+            float(np.max(np.abs(diff), initial=0.0)), float(np.max(np.abs(upd_c), initial=0.0))
+        ),
         "cosine": fold_sum_inplace(upd_c * upd_r) / max(nc * nr, tiny),
     }
 

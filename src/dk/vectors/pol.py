@@ -366,7 +366,40 @@ def _check_challenge(c: Case, _: Path) -> str:
     return _expect(seed == c["seed"] and got == c["challenged"], f"seed {seed} or challenge {got}")
 
 
+def _check_training(c: Case, _: Path) -> str:
+    """Per-step seeds, LR schedules, augmentations, model-source digests (SPEC §8.3–§9.3).
+
+    Learning rates are compared exactly except the cosine's, where a platform's libm may
+    differ in the last bit (relative 1e-12).
+    """
+    from dk.crypto.hashing import tagged_hash
+    from dk.pol.augment import augment_batch, step_seed
+    from dk.pol.modelsrc import TAG_MODEL_SOURCE, init_seed
+    from dk.pol.schedule import lr_at
+
+    kind, ok = c["kind"], False
+    if kind == "step_seed":
+        ok = str(step_seed(int(c["seed"]), c["step"], c["micro"])) == c["value"]
+    elif kind == "init_seed":
+        ok = str(init_seed(int(c["seed"]))) == c["value"]
+    elif kind == "lr":
+        job = parse_job(c["job"])
+        got = [lr_at(job, t) for t in c["steps"]]
+        want = [float(v) for v in c["lrs"]]
+        tol = 1e-12 if job.train["schedule"] == "cosine" else 0.0
+        ok = all(abs(g - w) <= tol * abs(w) for g, w in zip(got, want, strict=True))
+    elif kind == "augment":
+        out = augment_batch(parse_job(c["job"]), c["step"], array_from(c["x"]))
+        ok = out.tobytes() == array_from(c["out"]).tobytes()
+    elif kind == "source":
+        ok = tagged_hash(TAG_MODEL_SOURCE, bytes.fromhex(c["source"])).hex() == c["digest"]
+    else:
+        return f"unknown kind {kind!r}"
+    return _expect(ok == (c["result"] == "valid"), f"{kind}: derived value disagrees")
+
+
 CHECKERS: dict[str, Callable[[Case, Path], str]] = {
+    "training.json": _check_training,
     "job.json": _check_job,
     "data.json": _check_data,
     "sampler.json": _check_sampler,

@@ -442,6 +442,8 @@ def check_blobs(ctx: Context) -> None:
     ctx.rep.figures.update(
         integrity=ctx.opts.integrity, checkpoints_checked=len(fetch), bytes_read=0
     )
+    if ctx.job.mode == "exact" and ctx.job.pol["backend"] == "torch":  # SPEC §12.3
+        ctx.rep.flags.append("same-machine-only")
     prev: Tensors | None = None
     for ck in ctx.man.checkpoint_entries:
         j = ck.index

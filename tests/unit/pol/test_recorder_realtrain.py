@@ -440,3 +440,83 @@ def test_loss_variants() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert make_loss(j)(out.bfloat16(), y).dtype == torch.float32
+
+
+def test_dk_job_init_from_a_draft_and_dk_train(folder: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dk.cli.app import cli
+
+    d = tmp_path / "job"
+    d.mkdir()
+    for f in ("model.py", "digits.npz"):
+        (d / f).write_bytes((folder / f).read_bytes())
+    (d / "draft.toml").write_text(
+        "[model]\nsource = 'model.py'\n[data]\nkind = 'npz'\npath = 'digits.npz'\n"
+        "[train]\nsteps = 4\nbatch_size = 16\nschedule = 'cosine'\nwarmup_steps = 2\n"
+        "[pol]\ninterval = 2\nmode = 'tolerant'\n"
+    )
+    r = CliRunner().invoke(
+        cli, ["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")]
+    )
+    assert r.exit_code == 0, r.output
+    job = load_job(d / "job.toml")
+    assert job.pol["init_root"] and job.data["root"] and job.model["source_sha256"]
+    assert job.pol["tolerance"] > 0
+    r = CliRunner().invoke(cli, ["train", str(d / "job.toml"), "--out", str(tmp_path / "run")])
+    assert r.exit_code == 0, r.output
+    assert read_run(tmp_path / "run").complete
+    cuda = d / "cuda.toml"
+    cuda.write_text((d / "job.toml").read_text().replace('device = "cpu"', 'device = "cuda"'))
+    if not torch.cuda.is_available():
+        from dk.cli.app import main
+
+        with pytest.raises(SystemExit) as ei:
+            main(["train", str(cuda), "--out", str(tmp_path / "run2")])
+        assert ei.value.code == 4
+
+
+def test_dk_export_writes_the_final_weights(folder: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+    from safetensors.numpy import load_file
+
+    from dk.cli.app import cli
+    from dk.crypto.keys import SigningKey
+    from dk.pol.export import export_weights
+    from dk.prover import prove_run
+
+    job = _job(folder)
+    info = train_job(job, tmp_path / "run")
+    last = parse_blob(
+        (tmp_path / "run" / "blobs" / f"{info.checkpoints[-1].root}.safetensors").read_bytes()
+    )
+    prove_run(tmp_path / "run", job, SigningKey(bytes(32)), tmp_path / "bundle")
+    for src in ("run", "bundle"):
+        r = CliRunner().invoke(
+            cli, ["export", str(tmp_path / src), "--out", str(tmp_path / f"{src}.st"), "--json"]
+        )
+        assert r.exit_code == 0, r.output
+        got = load_file(str(tmp_path / f"{src}.st"))
+        assert set(got) == {k[6:] for k in last if k.startswith("model/")}
+        assert all((got[k] == last[f"model/{k}"]).all() for k in got)
+    model = build_model(job)
+    model.load_state_dict({k: torch.from_numpy(v) for k, v in got.items()})
+    blob = tmp_path / "bundle" / "blobs" / f"{info.checkpoints[-1].root}.safetensors"
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 1
+    blob.write_bytes(bytes(data))
+    with pytest.raises(FormatError, match="does not hash"):
+        export_weights(tmp_path / "bundle", tmp_path / "x.st")
+
+
+def test_the_report_says_exact_on_torch_is_same_machine_only(folder: Path, tmp_path: Path) -> None:
+    from dk.crypto.keys import SigningKey
+    from dk.prover import prove_run
+    from dk.verifier import verify_bundle
+
+    job = _job(folder)
+    assert job.mode == "exact" and job.pol["backend"] == "torch"
+    train_job(job, tmp_path / "run")
+    prove_run(tmp_path / "run", job, SigningKey(bytes(32)), tmp_path / "bundle")
+    report = verify_bundle(tmp_path / "bundle", job, beacon=bytes(32), samples=1)
+    assert report.ok and report.flags == ["same-machine-only"]

@@ -1,0 +1,38 @@
+"""examples/finetune at CI size: a job that starts from the consumer's init.safetensors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+BEACON = bytes(32)
+
+
+def test_finetune_from_init_safetensors(tmp_path: Path) -> None:
+    from safetensors.numpy import load_file
+    from tests.examples.loader import load_example
+
+    from dk.pol import build_model, load_job
+    from dk.pol.checkpoint import parse_blob
+    from dk.pol.run import read_run
+
+    ex = load_example("finetune")
+    job = ex.consumer(tmp_path, steps=6, interval=2, pre_steps=20)
+    assert job.init["method"] == "file" and "path" not in job.hashed_form()["init"]
+    ex.worker(tmp_path)
+    info = read_run(tmp_path / "run")
+    ck0 = parse_blob(
+        (tmp_path / "run" / "blobs" / f"{info.checkpoints[0].root}.safetensors").read_bytes()
+    )
+    init = load_file(str(tmp_path / "init.safetensors"))
+    assert all((ck0[f"model/{k}"] == v).all() for k, v in init.items())
+    assert ex.verifier(tmp_path, beacon=BEACON, samples=1000).ok
+    # a verifier holding other initial weights cannot rebuild checkpoint 0: not accepted
+    (tmp_path / "init.safetensors").write_bytes(b"\0" * 16)
+    with pytest.raises(Exception, match="init"):
+        build_model(load_job(tmp_path / "job.toml"))
+    report = ex.verifier(tmp_path, beacon=BEACON, samples=1000)
+    assert not report.ok

@@ -1,0 +1,77 @@
+"""examples/tiny_lm at CI size: AdamW, warm-up + cosine, dropout, clipping, accumulation 2,
+bf16 autocast on CPU, in the user's own loop; prove; verify (accept); a CUDA run verified on
+the CPU where a GPU is at hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+BEACON = bytes(32)
+
+
+def test_record_prove_verify(tmp_path: Path) -> None:
+    from tests.examples.loader import load_example
+
+    from dk.pol.checkpoint import parse_blob
+    from dk.pol.run import read_run
+
+    ex = load_example("tiny_lm")
+    job = ex.consumer(tmp_path, text_bytes=8_000, steps=6, interval=2, seq_len=16)
+    t = job.train
+    assert (t["optimizer"], t["schedule"], t["accumulation"], t["precision"]) == (
+        "adamw",
+        "cosine",
+        2,
+        "bf16",
+    )
+    assert job.data["kind"] == "tokens" and job.model["kwargs"]["layers"] == 2
+    ex.worker(tmp_path)
+    info = read_run(tmp_path / "run")
+    ck = parse_blob(
+        (tmp_path / "run" / "blobs" / f"{info.checkpoints[1].root}.safetensors").read_bytes()
+    )
+    assert ck["optim/head.weight/exp_avg"].dtype.name == "float32"
+    report = ex.verifier(tmp_path, beacon=BEACON, samples=1000)
+    assert report.ok, report.to_dict()
+    assert report.challenged == [0, 1, 2]
+
+
+def test_dropout_masks_follow_the_job_seed_and_step(tmp_path: Path) -> None:
+    from dk.pol.augment import Dropout, generator, seed_step
+
+    d = Dropout(0.5)
+    x = torch.ones(64)
+    seed_step(7, 3, 1)
+    a = d(x)
+    seed_step(7, 3, 1)
+    assert torch.equal(a, d(x))
+    seed_step(7, 4, 1)
+    assert not torch.equal(a, d(x))
+    assert generator().device.type == "cpu"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (never ran here)")
+def test_cuda_bf16_run_verified_on_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.examples.loader import load_example
+
+    from dk.pol import load_job
+    from dk.pol.calibrate import calibrate
+    from dk.verifier import verify_bundle
+
+    ex = load_example("tiny_lm")
+    job = ex.consumer(
+        tmp_path, text_bytes=8_000, steps=6, interval=2, seq_len=16, device="cuda", tolerance=0.05
+    )
+    cal = calibrate(job, intervals=2, replay_threads=(1,), devices=("cuda", "cpu"), force=True)
+    print("cuda vs cpu:", cal.max_l2, cal.recommended_tolerance, cal.cheats)
+    ex.worker(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # the verifier has a CPU
+    report = verify_bundle(
+        tmp_path / "bundle", load_job(tmp_path / "job.toml"), beacon=BEACON, samples=1000
+    )
+    assert report.ok, report.to_dict()
