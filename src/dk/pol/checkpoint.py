@@ -26,7 +26,7 @@ import numpy as np
 
 from dk.crypto.encoding import tensors_root
 from dk.errors import FormatError
-from dk.pol.models import init_params, param_specs
+from dk.pol.models import job_init_params, param_specs
 
 Tensors = dict[str, np.ndarray]
 
@@ -65,7 +65,7 @@ ZK_DIGEST_KEY = "zk/params_digest"
 
 def initial_checkpoint(job: Any, steps_per_epoch: int) -> Tensors:
     """Checkpoint 0 as the job defines it (SPEC §10.2)."""
-    ck = {f"model/{k}": v for k, v in init_params(job.model, job.seed).items()}
+    ck = {f"model/{k}": v for k, v in job_init_params(job).items()}
     ck.update(hparam_tensors(job))
     ck.update(meta_tensors(job, 0, steps_per_epoch))
     if job.train.get("compression"):

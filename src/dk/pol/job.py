@@ -6,8 +6,9 @@ step count, the batch size, the checkpoint interval ``k``, the seed, and the ver
 Nothing about training comes from the worker's bundle.
 
 ``job_id = tagged_hash("dk/v1/job", canonical_json(normal_form))``, where the normal form is
-the job with every default filled in and ``data.path`` removed (where the verifier keeps its
-copy of the data is not part of the job).
+the job with every default filled in and ``data.path`` and ``model.init_path`` removed (where
+the verifier keeps its copy of the data or of the initial weights is not part of the job; a job
+with ``model.init_path`` pins the weights by ``pol.init_root``).
 """
 
 from __future__ import annotations
@@ -109,7 +110,9 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[
         if (
             k not in defaults
             and not (where == "data" and k in ("path", "root"))
-            and not (where == "model" and k in ("input_dim", "output_dim", "input_shape"))
+            and not (
+                where == "model" and k in ("input_dim", "output_dim", "input_shape", "init_path")
+            )
             and not (where == "pol" and k == "init_root")
         ):
             raise _fail(f"unknown key {where + '.' if where else ''}{k}")
@@ -242,6 +245,11 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     p["init_root"] = _hex_or_empty(p, "init_root")
     if p["mode"] == "tolerant" and p["tolerance"] <= 0.0:
         raise _fail("pol.tolerance must be > 0 in tolerant mode (run `dk calibrate`)")
+    if "init_path" in m:  # initial weights from a file (a federated round's global model)
+        if not isinstance(m["init_path"], str) or not 0 < len(m["init_path"]) <= 4096:
+            raise _fail("model.init_path must be a non-empty path string")
+        if not p["init_root"]:
+            raise _fail("model.init_path needs pol.init_root (the root of checkpoint 0)")
     return job
 
 
@@ -297,6 +305,7 @@ class JobSpec:
         """The normal form without ``data.path`` (what ``job_id`` covers)."""
         h = copy.deepcopy(self.spec)
         h["data"].pop("path", None)
+        h["model"].pop("init_path", None)  # the weights are pinned by pol.init_root
         return h
 
     # Convenience accessors (SPEC names).
@@ -345,6 +354,11 @@ class JobSpec:
     def data_path(self) -> Path | None:
         """Resolved path of an ``npz`` dataset."""
         p = self.data.get("path")
+        return (self.base_dir / p) if p else None
+
+    def init_path(self) -> Path | None:
+        """Resolved path of the initial-weights file (``model.init_path``), if any."""
+        p = self.model.get("init_path")
         return (self.base_dir / p) if p else None
 
     def with_updates(self, **sections: dict[str, Any]) -> JobSpec:

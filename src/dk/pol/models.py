@@ -75,6 +75,28 @@ def init_params(model: dict[str, Any], seed: int) -> dict[str, np.ndarray]:
     return params
 
 
+def job_init_params(job: Any) -> dict[str, np.ndarray]:
+    """The job's initial weights: the ``model.init_path`` file if the job names one (its
+    weights pinned by ``pol.init_root``), else derived from the seed (SPEC §9.2)."""
+    path = job.init_path() if hasattr(job, "init_path") else None
+    if path is None:
+        return init_params(job.model, job.seed)
+    from dk.errors import FormatError
+    from dk.pol.checkpoint import parse_blob, read_blob_file
+
+    tensors = parse_blob(read_blob_file(path))
+    want = {name: tuple(shape) for name, shape, _ in param_specs(job.model)}
+    got = {k: tuple(v.shape) for k, v in tensors.items()}
+    if got != want or any(
+        v.dtype != np.float32 or not np.isfinite(v).all() for v in tensors.values()
+    ):
+        raise FormatError(
+            f"initial weights {path.name}: need finite float32 tensors {want}",
+            reason="INIT_MISMATCH",
+        )
+    return {k: np.ascontiguousarray(tensors[k]) for k in want}
+
+
 def build_torch_model(model: dict[str, Any]) -> Any:
     """A ``torch.nn.Module`` of the registry architecture (weights uninitialised)."""
     import torch
@@ -136,6 +158,6 @@ def build_model(job: Any) -> Any:
 
     module = build_torch_model(job.model)
     with torch.no_grad():
-        for name, value in init_params(job.model, job.seed).items():
+        for name, value in job_init_params(job).items():
             module.get_parameter(name).copy_(torch.from_numpy(value))
     return module

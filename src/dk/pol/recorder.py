@@ -29,7 +29,7 @@ from dk.errors import DkError, FormatError
 from dk.pol.checkpoint import Tensors, checkpoint_root, update_norm, write_blob
 from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.job import JobSpec, as_job
-from dk.pol.models import init_params, param_specs
+from dk.pol.models import job_init_params, param_specs
 from dk.pol.run import CheckpointEntry, IntervalEntry, RunInfo, write_run
 from dk.pol.sampler import job_sampler
 from dk.pol.torch_adapter import batch_tensors, deterministic, make_codec, snapshot
@@ -144,7 +144,7 @@ class Recorder:
             raise JobMismatch(
                 f"model parameters {got} are not the job's {self.job.model['arch']} {want}"
             )
-        for name, value in init_params(self.job.model, self.job.seed).items():
+        for name, value in job_init_params(self.job).items():
             if not np.array_equal(model.get_parameter(name).detach().numpy(), value):
                 raise JobMismatch(
                     f"model weight {name} is not the job's initial weight "
