@@ -250,6 +250,8 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
             raise _fail("model.init_path must be a non-empty path string")
         if not p["init_root"]:
             raise _fail("model.init_path needs pol.init_root (the root of checkpoint 0)")
+        if p["mode"] == "zk":
+            raise _fail("model.init_path is not supported in zk mode")
     return job
 
 
