@@ -66,6 +66,8 @@ def prg_field(seed: bytes, n: int, p: int = P) -> np.ndarray:
     The ChaCha20 keystream (key = seed, 16-byte zero nonce/counter) is read as little-endian
     uint32 words; words ``>= p`` are skipped; the first ``n`` kept words are the output.
     """
+    if len(seed) != 32:
+        raise ValueError("a PRG seed is 32 bytes")
     enc = Cipher(algorithms.ChaCha20(seed, bytes(16)), mode=None).encryptor()
     out = np.empty(n, dtype=np.uint64)
     filled = 0

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-AREAS = ("crypto", "pol", "bundle", "exact", "compress", "market", "circuits")
+AREAS = ("crypto", "pol", "bundle", "exact", "compress", "market", "circuits", "fl")
 
 MAX_VECTOR_FILE = 64 * 1024 * 1024
 
