@@ -295,6 +295,63 @@ def _round_job() -> list[dict[str, Any]]:
     )
 
 
+def _dp_job() -> list[dict[str, Any]]:
+    from dk.pol.job import parse_job
+
+    dp = "[train.dp]\nnoise_multiplier = 1.1\nmax_grad_norm = 1.0\ndelta = 1e-5\n"
+    base = _job(init_root="").replace('init_root = ""\n', "")
+    ok = base + dp
+    full = base + dp + 'target_epsilon = 0.0\naccountant = "rdp"\n'
+    assert parse_job(ok).job_id == parse_job(full).job_id
+    bad = "JOB_MALFORMED"
+    return _number(
+        [
+            {
+                "comment": "DP-SGD job; defaults filled in",
+                "result": "valid",
+                "toml": ok,
+                "job_id": parse_job(ok).job_id.hex(),
+            },
+            {
+                "comment": "defaults written out: same job_id",
+                "result": "valid",
+                "toml": full,
+                "job_id": parse_job(full).job_id.hex(),
+            },
+            {
+                "comment": "no noise_multiplier",
+                "result": "invalid",
+                "toml": base + "[train.dp]\nmax_grad_norm = 1.0\ndelta = 1e-5\n",
+                "expected_reason": bad,
+            },
+            {
+                "comment": "unknown DP key",
+                "result": "invalid",
+                "toml": ok + "clip = 1.0\n",
+                "expected_reason": bad,
+            },
+            {
+                "comment": "delta >= 1",
+                "result": "invalid",
+                "toml": ok.replace("delta = 1e-5", "delta = 1.0"),
+                "expected_reason": bad,
+            },
+            {
+                "comment": "DP on the dk kernels backend",
+                "result": "invalid",
+                "toml": ok.replace("interval = 4", 'interval = 4\nbackend = "dk"'),
+                "expected_reason": bad,
+            },
+            {
+                "comment": "DP with gradient compression",
+                "result": "invalid",
+                "toml": ok.replace("steps = 8", 'steps = 8\ncompression = "int8"'),
+                "expected_reason": bad,
+            },
+        ]
+    )
+
+
 def generate(root: Path) -> None:
     """Write every ``vectors/fl/*.json`` file."""
     d = root / "fl"
@@ -304,3 +361,4 @@ def generate(root: Path) -> None:
     write_cases(d / "secagg.json", "secagg-round", _secagg())
     write_cases(d / "wire.json", "packed-bundle", _wire())
     write_cases(d / "round_job.json", "round-job", _round_job())
+    write_cases(d / "dp_job.json", "dp-job", _dp_job())

@@ -114,6 +114,7 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[
                 where == "model" and k in ("input_dim", "output_dim", "input_shape", "init_path")
             )
             and not (where == "pol" and k == "init_root")
+            and not (where == "train" and k == "dp")
         ):
             raise _fail(f"unknown key {where + '.' if where else ''}{k}")
         out[k] = v
@@ -227,6 +228,13 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
             )
         t["compression"] = codec.spec  # canonical spelling, so equal codecs give equal job_ids
 
+    if "dp" in t:  # replayable DP-SGD (SPEC Part VII §4)
+        from dk.pol.dp import normalize_dp
+
+        t["dp"] = normalize_dp(t["dp"])
+        if t["compression"]:
+            raise _fail("train.dp and train.compression do not combine")
+
     p = job["pol"]
     _choice(p, "mode", MODES)
     _int(p, "interval", 1, MAX_STEPS)
@@ -235,12 +243,15 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     # backend: "dk" = reproducible kernels (exact mode's default), "torch" = PyTorch on one
     # thread (the only choice in tolerant/zk mode, and for compressed training).
     if p["backend"] == "":
-        p["backend"] = "dk" if p["mode"] == "exact" and not t["compression"] else "torch"
+        plain = not t["compression"] and "dp" not in t
+        p["backend"] = "dk" if p["mode"] == "exact" and plain else "torch"
     _choice(p, "backend", ("dk", "torch"))
     if p["backend"] == "dk" and p["mode"] != "exact":
         raise _fail("pol.backend = 'dk' (reproducible kernels) is for exact mode")
     if p["backend"] == "dk" and t["compression"]:
         raise _fail("compressed training runs on pol.backend = 'torch'")
+    if p["backend"] == "dk" and "dp" in t:
+        raise _fail("DP-SGD runs on pol.backend = 'torch'")
     _check_zk(job)
     p["init_root"] = _hex_or_empty(p, "init_root")
     if p["mode"] == "tolerant" and p["tolerance"] <= 0.0:
@@ -369,7 +380,7 @@ class JobSpec:
         for sec, upd in sections.items():
             raw[sec].update(upd)
         touched = set(sections.get("train", {})) | set(sections.get("pol", {}))
-        if touched & {"compression", "mode"} and "backend" not in sections.get("pol", {}):
+        if touched & {"compression", "mode", "dp"} and "backend" not in sections.get("pol", {}):
             raw["pol"]["backend"] = ""  # re-derive the default backend for the new mode/codec
         return JobSpec(normalize(raw), self.base_dir)
 

@@ -60,6 +60,8 @@ class _RecordedOptimizer:
             return None
         if rec.codec is not None and rec._model is not None:  # compressed job: SPEC Part III
             rec.codec.compress_grads_(rec._model.named_parameters())
+        if rec.dp is not None and rec._model is not None:  # DP-SGD: SPEC Part VII §4
+            rec.dp_grads_()
         out = self._inner.step(closure)
         self._recorder._on_step()
         return out
@@ -115,6 +117,11 @@ class Recorder:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
         self._error: BaseException | None = None
         self.codec = make_codec(self.job)
+        self.dp = self.job.train.get("dp")
+        if self.dp is not None:  # refuse a budget the job does not allow, before training
+            from dk.pol.dp import check_budget
+
+            self.dp_epsilon = check_budget(self.job, len(self.dataset))
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
 
         # A step engine owns the NumPy state and computes whole steps: dk's reproducible
@@ -232,6 +239,16 @@ class Recorder:
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )
         self._put((index, step, ck))
+
+    def dp_grads_(self) -> None:
+        """Replace the model's gradients by this step's DP-SGD gradients (SPEC VII §4)."""
+        from dk.pol.dp import dp_grads_
+        from dk.pol.torch_adapter import batch_tensors, make_loss
+
+        assert self._model is not None and self.dp is not None
+        x, y = batch_tensors(self.dataset, self.sampler.batch(self.step))
+        loss_fn = make_loss(self.job, self.dataset.output_dim)
+        dp_grads_(self._model, loss_fn, x, y, dp=self.dp, seed=self.job.seed, step=self.step)
 
     def _kernel_step(self) -> None:
         """A step engine computes the whole step on this step's batch; the user's torch model

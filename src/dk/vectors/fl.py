@@ -127,6 +127,7 @@ _CHECKS = {
     "secagg.json": _secagg_case,
     "wire.json": _wire_case,
     "round_job.json": _job_case,
+    "dp_job.json": _job_case,
 }
 
 

@@ -300,6 +300,16 @@ def _verify(
         rep.fail("init", Reason.INIT_MISMATCH, "checkpoint 0 is not the job's initial weights")
         raise _Reject
     rep.passed("init")
+    if "dp" in job.train:  # ε at δ of the job's DP-SGD steps (SPEC Part VII §4)
+        from dk.pol.dp import epsilon
+
+        dp = job.train["dp"]
+        rep.figures["dp_delta"] = dp["delta"]
+        try:  # None: no noise (ε unbounded) or no Opacus here; the replay does not need it
+            eps = epsilon(dp, batch_size=int(job.train["batch_size"]), n=len(ds), steps=job.steps)
+            rep.figures["dp_epsilon"] = eps if eps != float("inf") else None
+        except BackendUnavailable:
+            rep.figures["dp_epsilon"] = None
 
     # 5. batch commitments ---------------------------------------------------------------------
     for iv in m["intervals"]:
