@@ -63,3 +63,21 @@ def quantize_numba(x: np.ndarray, scale: float, clip: float, p: int, out: np.nda
 def dequantize_numba(s: np.ndarray, scale: float, p: int, out: np.ndarray) -> None:
     """Numba twin of :func:`dk.fl.field.dequantize_reference`."""
     _dequantize(s, float(scale), int(p), np.uint64(p // 2), out)
+
+
+@numba.njit(**_JIT)
+def _reject(words, p, out, start):
+    j = start
+    for i in range(words.size):
+        if j >= out.size:
+            break
+        w = np.uint64(words[i])
+        if w < p:
+            out[j] = w
+            j += 1
+    return j
+
+
+def reject_numba(words: np.ndarray, p: int, out: np.ndarray, start: int) -> int:
+    """Numba twin of :func:`dk.fl.field.reject_reference`."""
+    return int(_reject(words, np.uint64(p), out, start))

@@ -50,11 +50,19 @@ def words_to_field(words: np.ndarray, p: int) -> np.ndarray:
     return words[words < np.uint32(p)].astype(np.uint64)
 
 
-KERNELS = ("add", "sub", "quantize", "dequantize")
+def reject_reference(words: np.ndarray, p: int, out: np.ndarray, start: int) -> int:
+    """Copy the words below ``p``, in order, into ``out[start:]`` until it is full; returns
+    the new fill level (rejection sampling to F_p, SPEC §VII.2)."""
+    kept = words_to_field(words, p)[: out.size - start]
+    out[start : start + kept.size] = kept
+    return start + int(kept.size)
+
+
+KERNELS = ("add", "sub", "quantize", "dequantize", "reject")
 
 
 def field_kernel(name: str, backend: str = "numba") -> Callable[..., Any]:
-    """The ``name`` kernel (``add``, ``sub``, ``quantize``, ``dequantize``) of ``backend``."""
+    """The ``name`` kernel (``add``, ``sub``, ``quantize``, ``dequantize``, ``reject``)."""
     if name not in KERNELS:
         raise ValueError(f"unknown field kernel {name!r}")
     if backend == "reference":

@@ -34,7 +34,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from dk.fl.field import P, field_kernel, words_to_field
+from dk.fl.field import P, field_kernel
 from dk.fl.shamir import SHARE_BYTES, SecAggError, combine_shares, split_secret
 
 TAG_PAIR = b"dk/v1/secagg/pair"
@@ -60,7 +60,7 @@ def _kdf(secret: bytes, session: bytes, info: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=32, salt=session, info=info).derive(secret)
 
 
-def prg_field(seed: bytes, n: int, p: int = P) -> np.ndarray:
+def prg_field(seed: bytes, n: int, p: int = P, backend: str = "numba") -> np.ndarray:
     """``n`` uniform elements of F_p from a 32-byte seed (SPEC §VII.2).
 
     The ChaCha20 keystream (key = seed, 16-byte zero nonce/counter) is read as little-endian
@@ -70,13 +70,11 @@ def prg_field(seed: bytes, n: int, p: int = P) -> np.ndarray:
         raise ValueError("a PRG seed is 32 bytes")
     enc = Cipher(algorithms.ChaCha20(seed, bytes(16)), mode=None).encryptor()
     out = np.empty(n, dtype=np.uint64)
+    reject = field_kernel("reject", backend)
     filled = 0
     while filled < n:
-        need = n - filled
-        words = np.frombuffer(enc.update(bytes(4 * (need + 8))), dtype="<u4")
-        got = words_to_field(words, p)[:need]
-        out[filled : filled + got.size] = got
-        filled += got.size
+        words = np.frombuffer(enc.update(bytes(4 * (n - filled + 8))), dtype="<u4")
+        filled = reject(words, p, out, filled)
     return out
 
 
@@ -130,6 +128,7 @@ class SecAggClient:
         self._adverts: dict[int, Advert] = {}
         self._held: dict[int, tuple[bytes, bytes]] = {}  # sender -> (s share, b share)
         self._u2: set[int] = set()
+        self._backend = backend
         self._add = field_kernel("add", backend)
         self._sub = field_kernel("sub", backend)
 
@@ -193,10 +192,11 @@ class SecAggClient:
         y = np.ascontiguousarray(x, dtype=np.uint64).copy()
         if np.any(y >= np.uint64(self.p)):
             raise ValueError("input is not reduced mod p")
-        self._add(y, prg_field(_self_seed(self._b, self.session), y.size, self.p), self.p, y)
+        self_mask = prg_field(_self_seed(self._b, self.session), y.size, self.p, self._backend)
+        self._add(y, self_mask, self.p, y)
         for v in sorted(self._u2 - {self.index}):
             seed = _pair_seed(self._s, self._adverts[v].s_pk, self.index, v, self.session)
-            m = prg_field(seed, y.size, self.p)
+            m = prg_field(seed, y.size, self.p, self._backend)
             (self._add if self.index < v else self._sub)(y, m, self.p, y)
         return y
 
@@ -231,6 +231,7 @@ class SecAggServer:
         self.u2: set[int] = set()
         self.u3: set[int] = set()
         self._acc = np.zeros(dim, dtype=np.uint64)
+        self._backend = backend
         self._add = field_kernel("add", backend)
         self._sub = field_kernel("sub", backend)
 
@@ -277,16 +278,16 @@ class SecAggServer:
         for u in sorted(self.u3):
             shares = {w: responses[w].b_shares[u] for w in u4 if u in responses[w].b_shares}
             b = combine_shares(shares, t=self.t)
-            self._sub(acc, prg_field(_self_seed(b, self.session), self.dim, self.p), self.p, acc)
+            mask = prg_field(_self_seed(b, self.session), self.dim, self.p, self._backend)
+            self._sub(acc, mask, self.p, acc)
         for d in sorted(dropped):
             shares = {w: responses[w].s_shares[d] for w in u4 if d in responses[w].s_shares}
             s_d = X25519PrivateKey.from_private_bytes(combine_shares(shares, t=self.t))
             if s_d.public_key().public_bytes(*_RAW) != self.adverts[d].s_pk:
                 raise SecAggError(f"secure aggregation: shares of client {d}'s key do not match it")
             for u in sorted(self.u3):
-                m = prg_field(
-                    _pair_seed(s_d, self.adverts[u].s_pk, d, u, self.session), self.dim, self.p
-                )
+                seed = _pair_seed(s_d, self.adverts[u].s_pk, d, u, self.session)
+                m = prg_field(seed, self.dim, self.p, self._backend)
                 # y_u holds +m when u < d: remove it with the opposite sign.
                 (self._sub if u < d else self._add)(acc, m, self.p, acc)
         return acc

@@ -61,3 +61,15 @@ def test_quantized_sum_round_trips(rng):
 def test_quantize_refuses_wraparound():
     with pytest.raises(ValueError, match="p/2"):
         quantize(np.zeros(3, np.float32), scale=2.0**24, clip=100.0, n=10)
+
+
+def test_reject_matches_reference(rng):
+    words = rng.integers(0, 2**32, size=5000, dtype=np.uint64).astype(np.uint32)
+    words[rng.integers(0, 5000, 300)] = rng.integers(P, 2**32, 300).astype(np.uint32)  # rejects
+    for start, size in ((0, 6000), (0, 4000), (1000, 3000)):
+        ref, got = np.zeros(size, np.uint64), np.zeros(size, np.uint64)
+        a = field_kernel("reject", "reference")(words, P, ref, start)
+        b = field_kernel("reject", "numba")(words, P, got, start)
+        assert a == b and np.array_equal(ref, got)
+        kept = words[words < P][: size - start]
+        assert a == start + kept.size and np.array_equal(ref[start:a], kept)
