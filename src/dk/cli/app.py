@@ -74,6 +74,7 @@ _LAZY_COMMANDS = {
     "vectors": ("dk.cli.commands", "vectors"),
     "compress": ("dk.cli.compress", "compress"),
     "market": ("dk.cli.market", "market"),
+    "fl": ("dk.cli.fl", "fl"),
 }
 
 

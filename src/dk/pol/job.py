@@ -6,8 +6,9 @@ step count, the batch size, the checkpoint interval ``k``, the seed, and the ver
 Nothing about training comes from the worker's bundle.
 
 ``job_id = tagged_hash("dk/v1/job", canonical_json(normal_form))``, where the normal form is
-the job with every default filled in and ``data.path`` removed (where the verifier keeps its
-copy of the data is not part of the job).
+the job with every default filled in and ``data.path`` and ``init.path`` removed (where the
+verifier keeps its copy of the data or of the initial weights is not part of the job; a job
+with ``init.method = "file"`` pins the weights by ``init.root``).
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[
             )
             and not (where == "init" and k == "path")
             and not (where == "pol" and k == "init_root")
+            and not (where == "train" and k == "dp")
         ):
             raise _fail(f"unknown key {where + '.' if where else ''}{k}")
         out[k] = v
@@ -261,6 +263,13 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     _check_training(t)
     _check_init(job)
 
+    if "dp" in t:  # replayable DP-SGD (SPEC Part VII §4)
+        from dk.pol.dp import normalize_dp
+
+        t["dp"] = normalize_dp(t["dp"])
+        if t["compression"]:
+            raise _fail("train.dp and train.compression do not combine")
+
     p = job["pol"]
     _choice(p, "mode", MODES)
     _int(p, "interval", 1, MAX_STEPS)
@@ -270,9 +279,8 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     # thread (the only choice in tolerant/zk mode, and for compressed training).
     beyond = kernel_unsupported(job)
     if p["backend"] == "":
-        p["backend"] = (
-            "dk" if p["mode"] == "exact" and not t["compression"] and not beyond else "torch"
-        )
+        plain = not t["compression"] and "dp" not in t and not beyond
+        p["backend"] = "dk" if p["mode"] == "exact" and plain else "torch"
     # "rounded" = any float32 model on torch through the rounding log (SPEC Part VI).
     _choice(p, "backend", ("dk", "torch", "rounded"))
     if p["backend"] == "rounded" and (p["mode"] != "exact" or t["compression"]):
@@ -281,6 +289,8 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         raise _fail("pol.backend = 'dk' (reproducible kernels) is for exact mode")
     if p["backend"] == "dk" and t["compression"]:
         raise _fail("compressed training runs on pol.backend = 'torch'")
+    if p["backend"] != "torch" and "dp" in t:
+        raise _fail("DP-SGD runs on pol.backend = 'torch'")
     if p["backend"] == "dk" and beyond:
         raise _fail(
             f"pol.backend = 'dk' (reproducible kernels) does not support {beyond[0]}; "
@@ -610,7 +620,7 @@ class JobSpec:
         for sec, upd in sections.items():
             raw[sec].update(upd)
         touched = set(sections.get("train", {})) | set(sections.get("pol", {}))
-        if touched & {"compression", "mode"} and "backend" not in sections.get("pol", {}):
+        if touched & {"compression", "mode", "dp"} and "backend" not in sections.get("pol", {}):
             raw["pol"]["backend"] = ""  # re-derive the default backend for the new mode/codec
         return JobSpec(normalize(raw), self.base_dir)
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from dk.pol.checkpoint import Tensors, hparam_tensors, meta_tensors
-from dk.pol.models import init_params
+from dk.pol.models import initial_state
 
 # Below this many multiply-adds per step, parallel regions cost more than they save: on a
 # busy 2-core machine a 64-64-10 step took 0.07 ms on one thread and 39 ms on two (OpenMP
@@ -96,7 +96,7 @@ class KernelSession:
             job.model, optimizer_spec(job), job.train["loss"], device=device
         )
         self.params: dict[str, np.ndarray] = {
-            k: np.ascontiguousarray(v) for k, v in init_params(job.model, job.seed).items()
+            k: np.ascontiguousarray(v) for k, v in initial_state(job).items()
         }
         self.state: dict[str, np.ndarray] = {}
         self.threads = kernel_threads(job)

@@ -107,6 +107,8 @@ def _recorded_optimizer_type() -> type:
                 return None
             if rec.codec is not None and rec._model is not None:  # compressed job: SPEC Part III
                 rec.codec.compress_grads_(rec._model.named_parameters())
+            if rec.dp is not None and rec._model is not None:  # DP-SGD: SPEC Part VII §4
+                rec.dp_grads_()
             if rec._model is not None:
                 from dk.pol.torch_adapter import clip_gradients
 
@@ -200,6 +202,8 @@ class Recorder:
         self._error: BaseException | None = None
         self._written: list[Path] = []
         self._progress_at = 0.0
+        self.dp: dict[str, Any] | None = self.job.train.get("dp")
+        self.dp_epsilon: float | None = None
         self.codec: Any = None
         if self.job.train.get("compression"):
             from dk.pol.torch_adapter import make_codec
@@ -484,6 +488,10 @@ class Recorder:
         self._on_step()
 
     def _start(self) -> None:
+        if self.dp is not None:  # refuse a budget the job does not allow, before training
+            from dk.pol.dp import check_budget
+
+            self.dp_epsilon = check_budget(self.job, len(self.dataset))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "run.log.jsonl").write_text("")
         self._det.__enter__()
@@ -503,6 +511,16 @@ class Recorder:
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )
         self._put((index, step, ck))
+
+    def dp_grads_(self) -> None:
+        """Replace the model's gradients by this step's DP-SGD gradients (SPEC VII §4)."""
+        from dk.pol.dp import dp_grads_
+        from dk.pol.torch_adapter import batch_tensors, make_loss
+
+        assert self._model is not None and self.dp is not None
+        x, y = batch_tensors(self.dataset, self.sampler.batch(self.step))
+        loss_fn = make_loss(self.job, self.dataset.output_dim)
+        dp_grads_(self._model, loss_fn, x, y, dp=self.dp, seed=self.job.seed, step=self.step)
 
     def _kernel_step(self) -> None:
         """A step engine computes the whole step on this step's batch; the user's torch model

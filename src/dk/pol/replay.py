@@ -79,8 +79,11 @@ class Replayer:
         with deterministic(self.threads):
             restore(start, self.model, self.optimizer, self.job, codec)
             self.model.train()
+            dp = self.job.train.get("dp")
             for t in range(start_step, end_step):
                 x, y = job_batch(self.job, self.dataset, self.sampler, t)
+                if dp is not None:  # DP-SGD with the step's committed noise (SPEC VII §4)
+                    hook = _dp_hook(self.loss_fn, x, y, dp, self.job.seed, t)
                 train_step(
                     self.model,
                     self.optimizer,
@@ -95,6 +98,12 @@ class Replayer:
             return snapshot(
                 self.model, self.optimizer, self.job, end_step, self.sampler.steps_per_epoch, codec
             )
+
+
+def _dp_hook(loss_fn: Any, x: Any, y: Any, dp: dict[str, Any], seed: int, t: int) -> Any:
+    from dk.pol.dp import dp_grads_
+
+    return lambda model: dp_grads_(model, loss_fn, x, y, dp=dp, seed=seed, step=t)
 
 
 def replay_interval(

@@ -20,7 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-AREAS = ("crypto", "pol", "bundle", "modes", "exact", "compress", "market", "circuits", "rounding")
+AREAS = (
+    "crypto",
+    "pol",
+    "bundle",
+    "modes",
+    "exact",
+    "compress",
+    "market",
+    "circuits",
+    "rounding",
+    "fl",
+)
 
 MAX_VECTOR_FILE = 64 * 1024 * 1024
 

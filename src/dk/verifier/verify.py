@@ -514,6 +514,22 @@ CHECKS: tuple[Callable[[Context], None], ...] = (
 )
 
 
+def _dp_figures(ctx: Context) -> None:
+    """ε at δ of a DP-SGD job's steps (SPEC Part VII §4); figures only, not in the digest."""
+    job, ds = getattr(ctx, "job", None), getattr(ctx, "ds", None)
+    if job is None or ds is None or "dp" not in job.train:
+        return
+    dp = job.train["dp"]
+    ctx.rep.figures["dp_delta"] = dp["delta"]
+    try:
+        from dk.pol.dp import epsilon
+
+        eps = epsilon(dp, batch_size=int(job.train["batch_size"]), n=len(ds), steps=job.steps)
+        ctx.rep.figures["dp_epsilon"] = eps if eps != float("inf") else None
+    except Exception:  # Opacus missing or failing: the figure is unknown, not the verdict
+        ctx.rep.figures["dp_epsilon"] = None
+
+
 def verify_bundle(
     bundle: str | os.PathLike[str],
     job: JobSpec | str | os.PathLike[str],
@@ -591,6 +607,7 @@ def verify_bundle(
         pass
     except Exception as e:  # totality: a bug or an unforeseen input still yields a report
         rep.fail("internal", Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+    _dp_figures(ctx)
     rep.figures["verify_wall_s"] = round(time.perf_counter() - t_wall, 4)
     rep.figures["verify_cpu_s"] = round(
         time.process_time() - t_cpu + rep.figures.get("replay_cpu_s_workers", 0.0), 4
