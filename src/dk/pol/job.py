@@ -466,7 +466,7 @@ def kernel_unsupported(job: dict[str, Any]) -> list[str]:
     out = []
     if m["arch"] == "custom":
         out.append("model files or entry points")
-    if job["init"]["method"] != "dk":
+    if job["init"]["method"] not in ("dk", "file"):  # a weights file is just initial values
         out.append(f"init.method = {job['init']['method']!r}")
     if t["optimizer"] == "adamw":
         out.append("adamw")

@@ -204,6 +204,11 @@ class Recorder:
         self._progress_at = 0.0
         self.dp: dict[str, Any] | None = self.job.train.get("dp")
         self.dp_epsilon: float | None = None
+        self._in_dp = False
+        if self.dp is not None:  # refuse a budget the job does not allow, before training
+            from dk.pol.dp import check_budget
+
+            self.dp_epsilon = check_budget(self.job, len(self.dataset))
         self.codec: Any = None
         if self.job.train.get("compression"):
             from dk.pol.torch_adapter import make_codec
@@ -409,8 +414,8 @@ class Recorder:
 
     def _on_forward(self, module: torch.nn.Module, args: Any) -> None:
         """Forward pre-hook: seed the micro-batch's randomness and check the precision."""
-        if not torch.is_grad_enabled():
-            return  # evaluation inside the loop: not a training forward
+        if not torch.is_grad_enabled() or self._in_dp:
+            return  # evaluation, or DP-SGD's own per-sample pass: not the user's forward
         from dk.pol.augment import seed_step
 
         if not module.training:
@@ -488,10 +493,6 @@ class Recorder:
         self._on_step()
 
     def _start(self) -> None:
-        if self.dp is not None:  # refuse a budget the job does not allow, before training
-            from dk.pol.dp import check_budget
-
-            self.dp_epsilon = check_budget(self.job, len(self.dataset))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "run.log.jsonl").write_text("")
         self._det.__enter__()
@@ -520,7 +521,11 @@ class Recorder:
         assert self._model is not None and self.dp is not None
         x, y = batch_tensors(self.dataset, self.sampler.batch(self.step))
         loss_fn = make_loss(self.job, self.dataset.output_dim)
-        dp_grads_(self._model, loss_fn, x, y, dp=self.dp, seed=self.job.seed, step=self.step)
+        self._in_dp = True
+        try:
+            dp_grads_(self._model, loss_fn, x, y, dp=self.dp, seed=self.job.seed, step=self.step)
+        finally:
+            self._in_dp = False
 
     def _kernel_step(self) -> None:
         """A step engine computes the whole step on this step's batch; the user's torch model

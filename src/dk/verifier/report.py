@@ -62,6 +62,7 @@ class Reason(str, Enum):
     ZK_SRS_UNAVAILABLE = "ZK_SRS_UNAVAILABLE"
     MODE_UNSUPPORTED = "MODE_UNSUPPORTED"
     EXECUTOR_FAILED = "EXECUTOR_FAILED"
+    INIT_UNAVAILABLE = "INIT_UNAVAILABLE"
 
 
 #: Codes that say the *verifier* could not decide (SPEC §14.1): its own input, data, backend,
@@ -76,6 +77,7 @@ VERIFIER_SIDE: frozenset[Reason] = frozenset(
         Reason.ZK_SRS_UNAVAILABLE,
         Reason.MODE_UNSUPPORTED,
         Reason.EXECUTOR_FAILED,
+        Reason.INIT_UNAVAILABLE,
         Reason.INTERNAL_ERROR,
     }
 )

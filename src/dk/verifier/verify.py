@@ -301,7 +301,10 @@ def check_init(ctx: Context) -> None:
         except FormatError as e:
             ctx.fatal("zk", e, Reason.ZK_SRS_UNAVAILABLE)
         ctx.rep.srs = {"sha256": ctx.circ.srs.sha256, "kind": ctx.circ.srs.kind}
-    init_ck = initial_checkpoint(job, ctx.sampler.steps_per_epoch)
+    try:  # the verifier's own copy of an init.safetensors: missing or not init.root
+        init_ck = initial_checkpoint(job, ctx.sampler.steps_per_epoch)
+    except FormatError as e:
+        ctx.fail("init", Reason.INIT_UNAVAILABLE, f"the verifier's initial weights: {e}")
     if ctx.circ is not None:
         from dk.verifier import zk
 
