@@ -132,15 +132,23 @@ class Dataset:
             return self._root
         key = None
         if self.files and cache.enabled():
-            key, total = cache.identity_key(self.cache_tag(), self.files)
-            if total < cache.MIN_CACHED_BYTES:
+            try:
+                key, total = cache.identity_key(self.cache_tag(), self.files)
+            except OSError:  # a file gone since loading: the data in memory still has a root
+                key, total = None, 0
+            if key is None or total < cache.MIN_CACHED_BYTES:
                 key = None
             elif (hit := cache.lookup(key)) is not None:
                 self._root = hit
                 return hit
         root = stream_root(chain([stream_prefix(self.layout())], self.payload()), threads=threads)
-        if key is not None and cache.identity_key(self.cache_tag(), self.files)[0] == key:
-            cache.store(key, root)  # only if no file changed while it was read
+        if key is not None:
+            try:
+                unchanged = cache.identity_key(self.cache_tag(), self.files)[0] == key
+            except OSError:
+                unchanged = False
+            if unchanged:
+                cache.store(key, root)  # only if no file changed while it was read
         self._root = root
         return root
 
