@@ -279,16 +279,6 @@ def _round_job() -> list[dict[str, Any]]:
                 "expected_reason": "JOB_MALFORMED",
             },
             {
-                "comment": "weights file in zk mode",
-                "result": "invalid",
-                "toml": _job(
-                    f'[init]\nmethod = "file"\nroot = "{w}"',
-                    train="momentum = 0.0",
-                    pol='mode = "zk"',
-                ),
-                "expected_reason": "JOB_MALFORMED",
-            },
-            {
                 "comment": "init.path not a string",
                 "result": "invalid",
                 "toml": _job(f'[init]\nmethod = "file"\nroot = "{w}"\npath = 3'),
