@@ -14,14 +14,13 @@ from typing import Any
 
 from dk.crypto.keys import SigningKey
 from dk.errors import FormatError
+from dk.pol.challenge_doc import MAX_CHALLENGE_BYTES, parse_challenge, proof_file
 from dk.pol.checkpoint import parse_blob, read_blob_file
 from dk.pol.data import load_dataset
 from dk.pol.job import JobSpec, as_job
 from dk.pol.run import atomic_write, read_run
 from dk.pol.sampler import job_sampler
 from dk.prover.bundle import _link_or_copy, build_manifest, sign_manifest, write_bundle
-from dk.verifier.challenge import MAX_CHALLENGE_BYTES, parse_challenge
-from dk.verifier.zk import proof_file
 
 
 def respond_zk(

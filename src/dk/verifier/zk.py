@@ -24,9 +24,7 @@ MAX_PROOF_FILE = 64 * 1024 * 1024
 _PROOF_FILE = re.compile(r"^proofs/interval-(0|[1-9][0-9]{0,8})\.json$")
 
 
-def proof_file(interval: int) -> str:
-    """Relative path of interval ``i``'s proof chain in a bundle (SPEC IV §6.2)."""
-    return f"proofs/interval-{interval}.json"
+from dk.pol.challenge_doc import proof_file as proof_file  # noqa: E402  (SPEC IV §6.2)
 
 
 def load_circuit(job: Any) -> Any:
