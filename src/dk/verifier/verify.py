@@ -557,7 +557,8 @@ def verify_bundle(
         bundle: the bundle directory.
         job: the job (or path to ``job.toml``) the consumer published.
         beacon: entropy fixed after the worker committed (a verifier nonce, or the market's
-            beacon from its drawn validators, SPEC V §5.1). ``None`` draws a fresh 32-byte nonce from the OS.
+            beacon from its drawn validators, SPEC V §5.1). ``None`` draws a fresh 32-byte
+            nonce from the OS.
         root: the transcript root the challenge was issued for (``dk challenge`` records it);
             a bundle with another root is rejected with ``ROOT_NOT_CHALLENGED`` (SPEC §12.1).
         samples: uniform interval samples ``s``; ``None`` picks the smallest ``s`` that detects
