@@ -25,14 +25,17 @@ pg:
 	  || (apt-get update -q && apt-get install -y -q postgresql) \
 	  || echo "make: PostgreSQL not installed; its tests will be skipped"
 
-test: $(STAMP) pg
+test: lint pg
 	NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
+# ruff, then mypy as configured in pyproject.toml ([tool.mypy]: strict for crypto, pol, verifier).
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench vectors
+	$(BIN)/ruff format --check src tests bench vectors
+	$(BIN)/mypy
 
 vectors: $(STAMP)
 	$(BIN)/python -m vectors.gen

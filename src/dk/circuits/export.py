@@ -10,6 +10,7 @@ autograd); :func:`check_export` runs the graph with onnxruntime and compares it 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -64,7 +65,7 @@ def build_step_graph(spec: StepSpec):  # type: ignore[no-untyped-def]
         numpy_helper.from_array(np.array(-SOFTMAX_CLAMP, dtype=np.float32), "clamp_lo"),
     ]
 
-    def node(op: str, ins: list[str], out: str, **attrs: object) -> str:
+    def node(op: str, ins: list[str], out: str, **attrs: Any) -> str:
         nodes.append(helper.make_node(op, ins, [out], **attrs))
         return out
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -317,7 +317,7 @@ def balance(db: str, now: int | None, keyfile: str | None, account: str | None) 
     if account is None:
         from dk.crypto.keys import load_signing_key
 
-        account = load_signing_key(keyfile).verify_key.hex()
+        account = load_signing_key(cast(str, keyfile)).verify_key.hex()  # given: checked above
     with _open(db, now) as m:
         return {"account": account, "balance": m.balance(account)}
 

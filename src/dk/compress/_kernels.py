@@ -7,10 +7,12 @@ one thread, and writes into caller-owned arrays.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
 
-_JIT = {"cache": True, "nogil": True, "fastmath": False, "boundscheck": False}
+_JIT: dict[str, Any] = {"cache": True, "nogil": True, "fastmath": False, "boundscheck": False}
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)

@@ -77,7 +77,8 @@ def check_kernels(
         from numba import config
         from numba import cuda as nb_cuda
 
-        cuda = bool(nb_cuda.is_available() and not config.ENABLE_CUDASIM)
+        # numba.config's attributes are set from the environment; its stubs omit them.
+        cuda = bool(nb_cuda.is_available() and not config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
     results = []
     for name, (args, outs) in _cases(n, block).items():
         ref_outs = [o.copy() for o in outs]

@@ -7,6 +7,7 @@ The whole gradient is flattened into one bucket, as DDP does, compressed with
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -65,14 +66,14 @@ def train_digits(
         idx = torch.from_numpy(order.integers(0, len(ytr), batch))
         model.zero_grad()
         torch.nn.functional.cross_entropy(model(xtr[idx]), ytr[idx]).backward()
-        flat = torch.cat([p.grad.reshape(-1) for p in params]).numpy()
+        flat = torch.cat([cast(torch.Tensor, p.grad).reshape(-1) for p in params]).numpy()
         new = step.step({"bucket0": flat})["bucket0"]
         wire += step.last_wire_bytes
         dense += step.last_dense_bytes
         with torch.no_grad():
             off = 0
             for p in params:
-                p -= lr * torch.from_numpy(new[off : off + p.numel()]).view_as(p)
+                p.sub_(lr * torch.from_numpy(new[off : off + p.numel()]).view_as(p))
                 off += p.numel()
     with torch.no_grad():
         acc = float((model(xte).argmax(1) == yte).float().mean())

@@ -15,7 +15,7 @@ Everything is float32 NumPy arithmetic in a fixed order, so a step is bitwise de
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class CompressedSGDStep:
         self.counter += codec.counters(g.size)
         codec.decompress(msg, out)
         if self.momentum:
-            sent = msg.indices[: msg.k].astype(np.int64)
+            sent = cast(np.ndarray, msg.indices)[: msg.k].astype(np.int64)  # a top-k message
             src.reshape(-1)[sent] = 0
             self.velocity[name].reshape(-1)[sent] = 0
         elif codec.ef:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
 import numpy as np
 
-_JIT = {"cache": True, "nogil": True, "fastmath": False, "boundscheck": False}
+_JIT: dict[str, Any] = {"cache": True, "nogil": True, "fastmath": False, "boundscheck": False}
 
 
 @numba.njit(**_JIT)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from dk.crypto.hashing import tagged_hash, u64
 from dk.errors import FormatError
@@ -35,9 +35,20 @@ from dk.market.ledger import Tx
 from dk.market.orders import load_order
 from dk.market.requests import SignedRequest
 
+if TYPE_CHECKING:  # py_ecc's NewTypes over bytes (identity at run time)
+    from eth_typing import BLSPubkey, BLSSignature
+
 TAG_ATTEST = "dk/v1/market/attestation"
 BLS_SECRET_PREFIX = "dk-bls-secret-v1:"
 PK_SIZE, SIG_SIZE = 48, 96
+
+
+def _pk(b: bytes) -> BLSPubkey:
+    return cast("BLSPubkey", b)
+
+
+def _sig(b: bytes) -> BLSSignature:
+    return cast("BLSSignature", b)
 
 
 class PyEccBls:
@@ -61,21 +72,22 @@ class PyEccBls:
     def verify(self, pk: bytes, message: bytes, sig: bytes) -> bool:
         """Check one signature (False on any malformed input)."""
         try:
-            return bool(self._b.Verify(pk, message, sig))
+            return bool(self._b.Verify(_pk(pk), message, _sig(sig)))
         except Exception:  # py_ecc raises assorted errors on malformed points
             return False
 
     def aggregate(self, sigs: list[bytes]) -> bytes:
         """Aggregate signatures (raises ``ValueError`` on a malformed one)."""
         try:
-            return bytes(self._b.Aggregate(sigs))
+            return bytes(self._b.Aggregate(cast("list[BLSSignature]", sigs)))
         except Exception as e:
             raise ValueError(f"cannot aggregate: {e}") from None
 
     def fast_aggregate_verify(self, pks: list[bytes], message: bytes, sig: bytes) -> bool:
         """Check an aggregate of signatures on one message (one pairing check)."""
         try:
-            return bool(self._b.FastAggregateVerify(pks, message, sig))
+            keys = cast("list[BLSPubkey]", pks)
+            return bool(self._b.FastAggregateVerify(keys, message, _sig(sig)))
         except Exception:
             return False
 
@@ -86,7 +98,8 @@ class PyEccBls:
     def pop_verify(self, pk: bytes, proof: bytes) -> bool:
         """Check a proof of possession (False on malformed input)."""
         try:
-            return bool(self._b.KeyValidate(pk)) and bool(self._b.PopVerify(pk, proof))
+            key = _pk(pk)
+            return bool(self._b.KeyValidate(key)) and bool(self._b.PopVerify(key, _sig(proof)))
         except Exception:
             return False
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from dk.errors import FormatError
 from dk.market.attest import attestation_message
@@ -128,7 +128,7 @@ class _Auditor:
                 self.totals["withdrawals"] += amount
 
     def effects(self, seq: int, kind: str, signer: str | None, data: dict[str, Any]) -> None:
-        oid = data.get("order_id")
+        oid = cast(str, data.get("order_id"))  # every kind that uses it carries one
         if kind == "order":
             self.k[oid] = int(data["policy"]["k"])
             self.orders[oid] = {"consumer": signer, "n": int(data["policy"]["n"])}

@@ -183,8 +183,8 @@ def redraw(ctx: Context, tx: Tx, order_id: str, now: int) -> None:
     outside = {order["consumer"], order["worker"], *current, *excluded}
     seed = draw_seed(ctx.market_id, tx.head, order_id, round_, b"")
     fresh = iter(draw(seed, eligible(tx, ctx.config, outside), len(withheld)))
-    new_set = [v if v in posted else next(fresh, None) for v in current]
-    new_set = [v for v in new_set if v is not None]
+    kept = [v if v in posted else next(fresh, None) for v in current]
+    new_set = [v for v in kept if v is not None]
     tx.exec(
         "UPDATE orders SET validators = ?, excluded = ?, draw_round = ?, share_deadline = ?"
         " WHERE order_id = ?",

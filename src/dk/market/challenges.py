@@ -14,7 +14,8 @@ recorded, nothing moves and the challenge stays open for another resolution.
 from __future__ import annotations
 
 import json
-from typing import Any
+import sqlite3
+from typing import Any, cast
 
 from dk.errors import FormatError
 from dk.market import fields
@@ -149,7 +150,8 @@ def record_resolution(
         raise MarketRefused("UNKNOWN_CHALLENGE", f"no challenge {challenge_id}")
     if ch["state"] != "open":
         raise MarketRefused("BAD_STATE", f"{challenge_id} is already {ch['state']}")
-    order = tx.one("SELECT * FROM orders WHERE order_id = ?", (ch["order_id"],))
+    # A challenge's order exists (foreign key).
+    order = cast(sqlite3.Row, tx.one("SELECT * FROM orders WHERE order_id = ?", (ch["order_id"],)))
     if interval is None:
         verdict = "accept"  # nothing to replay: the challenge names no disputed interval
     upheld = verdict == "reject"

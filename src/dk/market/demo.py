@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dk.crypto.keys import SigningKey, load_signing_key
 from dk.market.attest import BlsKey
@@ -102,7 +103,8 @@ def run_demo(
     drawn = [who[v] for v in matched["validators"]]
     say(f"market: validators drawn for {oid} by the market: {', '.join(drawn)}")
     clock.t = t + 60
-    m.execute(c["worker"].request("submit", order_id=oid, **bundle_commitment(bundle_dir)))
+    commitment: dict[str, Any] = bundle_commitment(bundle_dir)
+    m.execute(c["worker"].request("submit", order_id=oid, **commitment))
     for n in drawn:
         out = m.execute(share_request(m, c[n], bls[n], oid))
     say(

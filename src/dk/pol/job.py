@@ -18,7 +18,7 @@ import math
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dk.crypto.canonical_json import canonical_json
 from dk.crypto.hashing import TAG_JOB, tagged_hash
@@ -555,19 +555,19 @@ class JobSpec:
     # Convenience accessors (SPEC names).
     @property
     def model(self) -> dict[str, Any]:
-        return self.spec["model"]
+        return cast("dict[str, Any]", self.spec["model"])
 
     @property
     def data(self) -> dict[str, Any]:
-        return self.spec["data"]
+        return cast("dict[str, Any]", self.spec["data"])
 
     @property
     def train(self) -> dict[str, Any]:
-        return self.spec["train"]
+        return cast("dict[str, Any]", self.spec["train"])
 
     @property
     def init(self) -> dict[str, Any]:
-        return self.spec["init"]
+        return cast("dict[str, Any]", self.spec["init"])
 
     @property
     def is_custom(self) -> bool:
@@ -576,7 +576,7 @@ class JobSpec:
 
     @property
     def pol(self) -> dict[str, Any]:
-        return self.spec["pol"]
+        return cast("dict[str, Any]", self.spec["pol"])
 
     @property
     def seed(self) -> int:

@@ -48,7 +48,8 @@ def _numba_threads(n: int | None) -> Iterator[None]:
     import numba
 
     old = numba.get_num_threads()
-    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    # numba.config's attributes are set at import from the environment; its stubs omit them.
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
     try:
         yield
     finally:
@@ -63,7 +64,7 @@ def _numba_num_threads() -> int:
 
 def uses_kernels(job: Any) -> bool:
     """True when the job trains and replays on dk's reproducible kernels."""
-    return job.mode == "exact" and job.pol.get("backend", "dk") == "dk"
+    return bool(job.mode == "exact" and job.pol.get("backend", "dk") == "dk")
 
 
 def optimizer_spec(job: Any) -> dict[str, Any]:

@@ -130,7 +130,8 @@ def build_torch_model(model: dict[str, Any]) -> Any:
             x = x.reshape(x.shape[0], *self.shape)
             x = nn.functional.max_pool2d(torch.relu(self.conv0(x)), 2)
             x = nn.functional.max_pool2d(torch.relu(self.conv1(x)), 2)
-            return self.fc0(x.flatten(1))
+            out: torch.Tensor = self.fc0(x.flatten(1))
+            return out
 
     return DkCNN() if arch == "cnn" else DkMLP()
 

@@ -97,7 +97,7 @@ def _recorded_optimizer_type() -> type:
             self.param_groups = inner.param_groups
             self.state = inner.state
 
-        def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        def step(self, closure: Any = None) -> Any:
             """One recorded training step (see the class docs)."""
             rec = self._recorder
             rec._check_step_inputs(self)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 from dk.crypto.canonical_json import canonical_json, parse_json
 from dk.crypto.hashing import (
@@ -134,11 +134,11 @@ class Manifest:
 
     @property
     def checkpoints(self) -> list[dict[str, Any]]:
-        return self.raw["checkpoints"]
+        return cast("list[dict[str, Any]]", self.raw["checkpoints"])
 
     @property
     def intervals(self) -> list[dict[str, Any]]:
-        return self.raw["intervals"]
+        return cast("list[dict[str, Any]]", self.raw["intervals"])
 
     def to_bytes(self) -> bytes:
         """Canonical JSON bytes (what ``manifest.json`` holds)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from dk.crypto.keys import SigningKey
 from dk.errors import FormatError
@@ -60,7 +60,7 @@ def respond_zk(
     m = build_manifest(run, key.verify_key.raw)
     if doc["job_id"] != m["job_id"] or doc["transcript_root"] != m["transcript_root"]:
         raise FormatError("the challenge is for another job or transcript (or another worker key)")
-    intervals: list[int] = list(doc["intervals"])  # type: ignore[arg-type]
+    intervals: list[int] = list(cast("list[int]", doc["intervals"]))
     if any(i >= len(m["intervals"]) for i in intervals):
         raise FormatError("the challenge names an interval the run does not have")
     circ = circuit_for_job(job)

@@ -86,7 +86,11 @@ def _proofs(ctx: ProofContext, entries: Any) -> Any:
 
 
 def _digest(ctx: ProofContext, name: str | None) -> str | None:
-    return None if name is None else ctx.circ.params_digest(ctx.checkpoints[name])
+    return None if name is None else _digest_of(ctx, name)
+
+
+def _digest_of(ctx: ProofContext, name: str) -> str:
+    return ctx.circ.params_digest(ctx.checkpoints[name])
 
 
 def _judge(case: Mapping[str, Any], res: Any) -> str:
@@ -112,8 +116,8 @@ def _interval(ctx: ProofContext, case: Mapping[str, Any]) -> str:
     res = verify_interval(
         ctx.circ,
         _proofs(ctx, case["proofs"]),
-        _digest(ctx, case["start"]),
-        _digest(ctx, case["end"]),
+        _digest_of(ctx, case["start"]),
+        _digest_of(ctx, case["end"]),
         [ctx.batches[b] for b in case["batches"]],
     )
     return _judge(case, res)
@@ -223,9 +227,10 @@ def check_proofs(area_dir: Path) -> list[CaseResult]:
         except Exception as e:
             return _all_fail(cases, f"cannot build the circuit: {type(e).__name__}: {e}")
         if ctx.circ.circuit_id != doc["circuit_id"]:
+            version = ezkl.__version__  # type: ignore[attr-defined]  # ezkl's .pyi omits it
             return _all_fail(
                 cases,
-                f"this ezkl {ezkl.__version__} builds circuit {ctx.circ.circuit_id[:16]}..., "
+                f"this ezkl {version} builds circuit {ctx.circ.circuit_id[:16]}..., "
                 f"the records are for {doc['circuit_id'][:16]}... (ezkl {doc['ezkl_version']}); "
                 "regenerate with python -m vectors.gen circuits",
             )

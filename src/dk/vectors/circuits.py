@@ -98,8 +98,8 @@ def _felt_case(case: dict[str, Any]) -> str:
     if op == "decode_array":
         if not valid:
             return _expect_format_error(lambda: felts_to_array(case["felts"], case["shape"]))
-        got = felts_to_array(case["felts"], tuple(case["shape"])).ravel().tolist()
-        return "" if got == case["ints"] else f"decoded to {got}"
+        ints = felts_to_array(case["felts"], tuple(case["shape"])).ravel().tolist()
+        return "" if ints == case["ints"] else f"decoded to {ints}"
     return f"unknown op {op!r}"
 
 

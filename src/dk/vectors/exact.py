@@ -29,7 +29,8 @@ def replay_root(case: dict[str, Any]) -> tuple[bytes, bytes]:
     from dk.pol.models import init_params
 
     tr = ExactTrainer(case["model"], case["optimizer"], case["loss"])
-    params, state = init_params(case["model"], int(case["init_seed"])), {}
+    params = init_params(case["model"], int(case["init_seed"]))
+    state: dict[str, Any] = {}
     start = checkpoint_root(exact_tensors(params, state))
     for b in case["batches"]:
         raw = bytes.fromhex(b["x"])

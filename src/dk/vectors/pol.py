@@ -15,7 +15,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -201,7 +201,7 @@ def images_root(files: dict[str, str], *, decode: bool = False, decoder: str = "
 def _check_data(c: Case, _: Path) -> str:
     op = c["op"]
     invalid = c["result"] == "invalid"
-    want = c.get("expected_reason")
+    want = cast(str, c.get("expected_reason"))  # present on every invalid case
     if op == "npz":
         with tempfile.TemporaryDirectory() as tmp:
             p = Path(tmp) / "data.npz"
@@ -412,6 +412,8 @@ CHECKERS: dict[str, Callable[[Case, Path], str]] = {
 
 def check(root: Path) -> list[CaseResult]:
     """Re-derive every case of ``root/pol/*.json``; missing and unknown files are failures."""
-    return run_cases(
-        root, "pol", {name: (lambda c, fn=fn: fn(c, root)) for name, fn in CHECKERS.items()}
-    )
+    return run_cases(root, "pol", {name: _bind(fn, root) for name, fn in CHECKERS.items()})
+
+
+def _bind(fn: Callable[[Case, Path], str], root: Path) -> Callable[[Case], str]:
+    return lambda c: fn(c, root)

@@ -42,11 +42,14 @@ class ResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.blocks(F.relu(self.bn(self.stem(x))))
-        return self.head(h.mean(dim=(2, 3)))
+        out: torch.Tensor = self.head(h.mean(dim=(2, 3)))
+        return out
 
 
 class TinyLM(nn.Module):
     """A 2-layer pre-norm transformer LM with causal self-attention."""
+
+    mask: torch.Tensor  # a registered buffer (nn.Module.__getattr__ is typed Tensor | Module)
 
     def __init__(self, width: int = 64, vocab: int = 96, seq: int = 32, heads: int = 4) -> None:
         super().__init__()
@@ -64,13 +67,16 @@ class TinyLM(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.tok(x) + self.pos[: x.shape[1]]
         h = self.layers(h, mask=self.mask[: x.shape[1], : x.shape[1]], is_causal=True)
-        return self.out(self.norm(h))
+        out: torch.Tensor = self.out(self.norm(h))
+        return out
 
 
 def build(kind: str, *, seed: int, width: int, batch: int) -> dict[str, Any]:
     """Model, optimizer and a ``step(i)`` closure for example ``kind`` (mlp, resnet, lm)."""
     torch.manual_seed(seed)
     gen = np.random.default_rng(seed)
+    model: nn.Module
+    opt: torch.optim.Optimizer
     if kind == "mlp":
         model = nn.Sequential(nn.Linear(256, width), nn.GELU(), nn.Linear(width, 10))
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -82,7 +88,7 @@ def build(kind: str, *, seed: int, width: int, batch: int) -> dict[str, Any]:
 
         clip = None
     elif kind == "resnet":
-        model: nn.Module = ResNet(width)
+        model = ResNet(width)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
         x = torch.from_numpy(gen.standard_normal((4, batch, 3, 16, 16)).astype(np.float32))
         y = torch.from_numpy(gen.integers(0, 10, (4, batch)))
@@ -107,7 +113,7 @@ def build(kind: str, *, seed: int, width: int, batch: int) -> dict[str, Any]:
     def step(i: int) -> float:
         opt.zero_grad(set_to_none=True)
         loss = loss_of(i)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward untyped
         if clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()

@@ -72,7 +72,7 @@ def boundary_distance(v: np.ndarray) -> np.ndarray:
     array([268435456,         0,      4096])
     """
     v = np.ascontiguousarray(v, dtype=np.float64).reshape(-1)
-    dist = np.abs((v.view(np.int64) & _M29) - _HALF)
+    dist: np.ndarray = np.abs((v.view(np.int64) & _M29) - _HALF)
     a = np.abs(v)
     tiny = a < _TINY
     if tiny.any():
@@ -107,7 +107,7 @@ def _neighbour(r: np.ndarray, v: np.ndarray, up: np.ndarray) -> np.ndarray:
     return np.where(up, np.where(above, r, to_up), np.where(above, to_down, r))
 
 
-class RoundedMode(TorchDispatchMode):
+class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
     """Run a block of training with covered ops in float64, rounded and logged (SPEC VI).
 
     Use :meth:`record` (a worker) or :meth:`replay` (a verifier), then :meth:`finish`.
@@ -122,7 +122,7 @@ class RoundedMode(TorchDispatchMode):
     def __init__(
         self, *, job_id: bytes, interval: int, tau_log2: int, log: RoundingLog | None
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch: TorchDispatchMode is untyped
         self.job_id, self.interval, self.tau_log2 = job_id, interval, tau_log2
         self.t_bits = 1 << (29 - tau_log2)  # τ = 2^-k of a gap = 2^(29-k) units of 2^-29
         self.replaying = log is not None
@@ -176,7 +176,7 @@ class RoundedMode(TorchDispatchMode):
     def _covered(self, func: Any, args: Any, kwargs: Any) -> Any:
         flat, spec = tree_flatten((args, kwargs))
         up: dict[int, torch.Tensor] = {}
-        new = []
+        new: list[Any] = []
         for a in flat:
             if _is_float(a):
                 if a.dtype != _F32:

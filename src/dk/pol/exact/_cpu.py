@@ -14,7 +14,9 @@ hashes and writes checkpoints while a step computes. Only this module and ``_cud
 from __future__ import annotations
 
 import numpy as np
-from numba import get_thread_id, njit, prange
+
+# numba re-exports get_thread_id without listing it (an error only under --strict's re-export rule)
+from numba import get_thread_id, njit, prange  # type: ignore[attr-defined, unused-ignore]
 
 from dk.pol.exact import _math
 

@@ -21,16 +21,20 @@ import math
 from typing import Any
 
 import numpy as np
-from numba import config, cuda
+from numba import config
+from numba import cuda as _numba_cuda
 
 from dk.errors import BackendUnavailable
 from dk.pol.exact import _math
 
+# numba.cuda's annotations cover the host API only (``cuda.grid`` is a kernel intrinsic typed as
+# a host callable; ``cuda.jit`` is untyped), so kernel code sees the module as ``Any``.
+cuda: Any = _numba_cuda
 BLOCK = _math.BLOCK
 ZERO = _math.ZERO
 ONE = _math.ONE
 TWO = _math.TWO
-SIM = bool(config.ENABLE_CUDASIM)
+SIM = bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]  # set from the environment
 THREADS = 32 if SIM else 128
 
 if SIM:
@@ -38,10 +42,10 @@ if SIM:
 else:  # pragma: no cover - needs a GPU
     from numba.cuda import libdevice
 
-    @cuda.jit(device=True, inline=True)
+    @cuda.jit(device=True, inline=True)  # type: ignore[untyped-decorator]  # numba: untyped
     def mul(a: Any, b: Any) -> Any:
         """Unfused float32 product (``mul.rn.f32``)."""
-        return libdevice.fmul_rn(a, b)
+        return libdevice.fmul_rn(a, b)  # type: ignore[no-untyped-call]  # numba: untyped
 
 
 _f = _math.retarget(lambda fn: cuda.jit(device=True)(fn), mul)

@@ -57,7 +57,15 @@ class Optimizer:
     beta2: float = 0.999
     eps: float = 1e-8
 
-    def apply(self, be: Any, specs: list, params: dict, grads: dict, state: dict, buf: Any) -> None:
+    def apply(
+        self,
+        be: Any,
+        specs: list[Any],
+        params: dict[str, Any],
+        grads: dict[str, Any],
+        state: dict[str, Any],
+        buf: Any,
+    ) -> None:
         """Update every parameter in place on backend ``be`` and write the state back."""
         wd_flag = 1 if F32(self.weight_decay) != 0 else 0
         for name, shape in specs:

@@ -143,9 +143,10 @@ def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
     hh, ww = x.shape[2:]
     xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
     win = np.stack([xp[:, :, ky : ky + hh, kx : kx + ww] for ky in range(3) for kx in range(3)], 2)
-    return (
+    out: np.ndarray = (
         np.einsum("bckhw,ock->bohw", win, w.reshape(w.shape[0], w.shape[1], 9)) + b[:, None, None]
     )
+    return out
 
 
 def _conv_back(x: np.ndarray, w: np.ndarray, dy: np.ndarray) -> tuple[np.ndarray, ...]:

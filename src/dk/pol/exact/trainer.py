@@ -205,7 +205,7 @@ class ExactTrainer:
 
         return zs[-1], back
 
-    def _conv_relu_pool(self, tag: str, p: dict[str, Any], xc: Any, cout: int) -> tuple:
+    def _conv_relu_pool(self, tag: str, p: dict[str, Any], xc: Any, cout: int) -> tuple[Any, ...]:
         be = self.be
         cin, b, h, w = xc.shape
         n = b * h * w
@@ -222,8 +222,15 @@ class ExactTrainer:
         be.maxpool_fwd(act.reshape(cout, b, h, w), pooled, idx)
         return col, colt, z, idx, pooled
 
-    def _conv_back(self, tag: str, p: dict[str, Any], saved: tuple, dpool: Any, grads: dict,
-                   dx: Any | None) -> None:  # fmt: skip
+    def _conv_back(
+        self,
+        tag: str,
+        p: dict[str, Any],
+        saved: tuple[Any, ...],
+        dpool: Any,
+        grads: dict[str, Any],
+        dx: Any | None,
+    ) -> None:
         be = self.be
         col, colt, z, idx, _ = saved
         cout, n = z.shape
