@@ -18,12 +18,15 @@ RNG the worker could steer:
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dk.crypto.hashing import u64
 from dk.crypto.stream import WordReader, stream_key, stream_words
+
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
 
 def step_seed(seed: int, step: int, micro: int = 0) -> int:
@@ -54,7 +57,7 @@ def seed_step(seed: int, step: int, micro: int = 0) -> None:
     generator().manual_seed(s)
 
 
-def augment_batch(job: Any, step: int, x: np.ndarray) -> np.ndarray:
+def augment_batch(job: JobSpec, step: int, x: np.ndarray) -> np.ndarray:
     """The job's augmentations of step ``step``'s inputs (a new array)."""
     ops = job.train["augment"]
     if not ops:

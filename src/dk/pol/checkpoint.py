@@ -23,7 +23,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,12 +32,15 @@ from dk.crypto.numeric import model_update_norm
 from dk.errors import FormatError
 from dk.pol.models import initial_state, param_names, state_specs
 
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
+
 Tensors = dict[str, np.ndarray]
 
 MAX_BLOB_BYTES = 4 * 1024**3
 
 
-def hparam_tensors(job: Any) -> Tensors:
+def hparam_tensors(job: JobSpec) -> Tensors:
     """The hyperparameter scalars a checkpoint must carry (from the job)."""
     t = job.train
     names = (
@@ -54,7 +57,7 @@ def hparam_tensors(job: Any) -> Tensors:
     return {f"optim/{k}": np.array(v, dtype=np.float64) for k, v in names.items()}
 
 
-def meta_tensors(job: Any, step: int, steps_per_epoch: int) -> Tensors:
+def meta_tensors(job: JobSpec, step: int, steps_per_epoch: int) -> Tensors:
     """``meta/step`` and ``sampler/state`` for ``step``."""
     e, p = divmod(step, steps_per_epoch)
     return {
@@ -67,7 +70,7 @@ COUNTER_KEY = "compress/rng_counter"
 ZK_DIGEST_KEY = "zk/params_digest"
 
 
-def initial_checkpoint(job: Any, steps_per_epoch: int) -> Tensors:
+def initial_checkpoint(job: JobSpec, steps_per_epoch: int) -> Tensors:
     """Checkpoint 0 as the job defines it (SPEC §10.2)."""
     ck = {f"model/{k}": v for k, v in initial_state(job).items()}
     ck.update(hparam_tensors(job))
@@ -77,7 +80,7 @@ def initial_checkpoint(job: Any, steps_per_epoch: int) -> Tensors:
     return ck
 
 
-def _check_codec_state(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> None:
+def _check_codec_state(job: JobSpec, step: int, ck: Mapping[str, np.ndarray]) -> None:
     """Codec state (SPEC §10.1): ``compress/rng_counter`` uint64[1] iff the job compresses,
     plus float32 ``compress/<param>/residual|momentum`` of the parameter's shape."""
     keys = [k for k in ck if k.startswith("compress/")]
@@ -110,7 +113,7 @@ def _check_codec_state(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> Non
             )
 
 
-def expected_schema(job: Any, step: int) -> dict[str, tuple[str, tuple[int, ...]]]:
+def expected_schema(job: JobSpec, step: int) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Names, dtypes and shapes a checkpoint at ``step`` must have (codec state excluded)."""
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     t = job.train
@@ -284,7 +287,7 @@ def read_blob_file(path: Path, *, limit: int = MAX_BLOB_BYTES) -> bytes:
 _DTYPES = {n: np.dtype(n) for n in ("float32", "float64", "int64", "uint8")}
 
 
-def check_schema(job: Any, step: int, ck: Mapping[str, np.ndarray]) -> None:
+def check_schema(job: JobSpec, step: int, ck: Mapping[str, np.ndarray]) -> None:
     """Raise ``FormatError`` unless ``ck`` has exactly the expected names, dtypes, shapes
     and only finite floats."""
     schema = expected_schema(job, step)

@@ -13,11 +13,14 @@ torch build. ε at δ comes from Opacus' RDP accountant with sample rate ``batch
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dk.crypto.hashing import u64
 from dk.crypto.stream import stream_key
 from dk.errors import BackendUnavailable, FormatError
+
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
 DP_KEYS = ("noise_multiplier", "target_epsilon", "delta", "max_grad_norm", "accountant")
 ACCOUNTANTS = ("rdp",)
@@ -95,7 +98,7 @@ def noise_for_target(
     )
 
 
-def check_budget(job: Any, n: int) -> float:
+def check_budget(job: JobSpec, n: int) -> float:
     """ε of the whole job; ``FormatError`` above ``target_epsilon`` (checked before training)."""
     dp = job.train["dp"]
     eps = epsilon(dp, batch_size=int(job.train["batch_size"]), n=n, steps=job.steps)

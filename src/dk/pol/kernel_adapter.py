@@ -12,12 +12,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dk.pol.checkpoint import Tensors, hparam_tensors, meta_tensors
 from dk.pol.models import initial_state
+
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
 # Below this many multiply-adds per step, parallel regions cost more than they save: on a
 # busy 2-core machine a 64-64-10 step took 0.07 ms on one thread and 39 ms on two (OpenMP
@@ -25,7 +28,7 @@ from dk.pol.models import initial_state
 PARALLEL_MIN_MACS = 100_000_000
 
 
-def kernel_threads(job: Any) -> int | None:
+def kernel_threads(job: JobSpec) -> int | None:
     """Threads for the kernels: ``DK_KERNEL_THREADS`` if set, else 1 for small steps and
     Numba's own count (``NUMBA_NUM_THREADS``) for large ones (``None``)."""
     env = os.environ.get("DK_KERNEL_THREADS", "").strip()
@@ -62,12 +65,12 @@ def _numba_num_threads() -> int:
     return int(numba.get_num_threads())
 
 
-def uses_kernels(job: Any) -> bool:
+def uses_kernels(job: JobSpec) -> bool:
     """True when the job trains and replays on dk's reproducible kernels."""
     return bool(job.mode == "exact" and job.pol.get("backend", "dk") == "dk")
 
 
-def optimizer_spec(job: Any) -> dict[str, Any]:
+def optimizer_spec(job: JobSpec) -> dict[str, Any]:
     """The job's optimizer in :class:`ExactTrainer` form."""
     t = job.train
     if t["optimizer"] == "sgd":
@@ -89,7 +92,7 @@ def optimizer_spec(job: Any) -> dict[str, Any]:
 class KernelSession:
     """Parameters and optimizer state of one job, advanced by the exact kernels."""
 
-    def __init__(self, job: Any, *, device: str = "cpu") -> None:
+    def __init__(self, job: JobSpec, *, device: str = "cpu") -> None:
         from dk.pol.exact import ExactTrainer
 
         self.job = job

@@ -20,12 +20,15 @@ Initial weights never come from torch's RNG: every tensor (weights and biases) i
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dk.crypto.stream import stream_key, uniform_floats
 from dk.errors import FormatError
+
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
 ParamSpec = tuple[str, tuple[int, ...], int]  # (name, shape, fan_in)
 
@@ -141,7 +144,7 @@ StateSpec = tuple[str, tuple[int, ...], str]  # (name, shape, dtype name)
 _CACHE: dict[tuple[bytes, str, str], Any] = {}
 
 
-def _cached(job: Any, what: str, make: Any) -> Any:
+def _cached(job: JobSpec, what: str, make: Any) -> Any:
     key = (job.job_id, str(job.base_dir), what)
     if key not in _CACHE:
         if len(_CACHE) > 64:
@@ -150,20 +153,20 @@ def _cached(job: Any, what: str, make: Any) -> Any:
     return _CACHE[key]
 
 
-def _custom_state(job: Any) -> dict[str, np.ndarray]:
+def _custom_state(job: JobSpec) -> dict[str, np.ndarray]:
     from dk.pol.modelsrc import build_custom
 
     module = build_custom(job)
     return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
 
 
-def _custom_params(job: Any) -> list[str]:
+def _custom_params(job: JobSpec) -> list[str]:
     from dk.pol.modelsrc import build_custom
 
     return [n for n, _ in build_custom(job).named_parameters()]
 
 
-def state_specs(job: Any) -> list[StateSpec]:
+def state_specs(job: JobSpec) -> list[StateSpec]:
     """Every ``model/*`` tensor a checkpoint commits: parameters and buffers (SPEC §10.1)."""
     if not job.is_custom:
         return [(n, s, "float32") for n, s, _ in param_specs(job.model)]
@@ -174,14 +177,14 @@ def state_specs(job: Any) -> list[StateSpec]:
     return list(_cached(job, "specs", make))
 
 
-def param_names(job: Any) -> list[str]:
+def param_names(job: JobSpec) -> list[str]:
     """Trainable parameters in registration order (the optimizer's order)."""
     if not job.is_custom:
         return [n for n, _, _ in param_specs(job.model)]
     return list(_cached(job, "params", lambda: _custom_params(job)))
 
 
-def load_init_file(job: Any) -> dict[str, np.ndarray]:
+def load_init_file(job: JobSpec) -> dict[str, np.ndarray]:
     """``init.safetensors`` (fine-tuning), checked against ``init.root`` (SPEC §9.2)."""
     from safetensors.numpy import load
 
@@ -202,7 +205,7 @@ def load_init_file(job: Any) -> dict[str, np.ndarray]:
     return tensors
 
 
-def initial_state(job: Any) -> dict[str, np.ndarray]:
+def initial_state(job: JobSpec) -> dict[str, np.ndarray]:
     """The ``model/*`` tensors of checkpoint 0 by name (SPEC §9.2, §10.2)."""
     method = job.init["method"]
     if method == "dk":
@@ -224,7 +227,7 @@ def initial_state(job: Any) -> dict[str, np.ndarray]:
     return tensors
 
 
-def build_model(job: Any) -> Any:
+def build_model(job: JobSpec) -> Any:
     """The job's model as a torch module on CPU, holding the job's initial state."""
     import torch
 
@@ -243,7 +246,7 @@ def build_model(job: Any) -> Any:
     return module
 
 
-def build_fresh(job: Any) -> Any:
+def build_fresh(job: JobSpec) -> Any:
     """A module of the job's architecture for replay (its weights are overwritten)."""
     if job.is_custom:
         from dk.pol.modelsrc import build_custom

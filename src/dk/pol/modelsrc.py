@@ -23,11 +23,14 @@ import stat
 import sys
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dk.crypto.hashing import digests_equal, tagged_hash
 from dk.crypto.stream import stream_key, stream_words
 from dk.errors import FormatError
+
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
 TAG_MODEL_SOURCE = "dk/v1/model/source"
 MAX_SOURCE_BYTES = 1024 * 1024
@@ -110,7 +113,7 @@ def entry_digest(entry: str) -> str:
     return tagged_hash(TAG_MODEL_SOURCE, read_source(Path(spec.origin))).hex()
 
 
-def load_factory(job: Any) -> Any:
+def load_factory(job: JobSpec) -> Any:
     """The job's model factory, from the verifier's or worker's own copy (checked first)."""
     m = job.model
     if m.get("source"):
@@ -140,7 +143,7 @@ def init_seed(seed: int) -> int:
     return int(stream_words(stream_key("init", seed, b"torch"), 1)[0])
 
 
-def build_custom(job: Any) -> Any:
+def build_custom(job: JobSpec) -> Any:
     """``factory(**kwargs)`` on CPU right after ``torch.manual_seed(init_seed)`` (SPEC §9.3)."""
     import torch
 

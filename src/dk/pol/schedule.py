@@ -15,10 +15,13 @@ a bundle. :class:`JobScheduler` is the same schedule as a ``torch.optim.lr_sched
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
 
-def lr_at(job: Any, t: int) -> float:
+def lr_at(job: JobSpec, t: int) -> float:
     """The job's learning rate at step ``t``."""
     tr = job.train
     lr, warm = float(tr["lr"]), int(tr["warmup_steps"])
@@ -37,7 +40,7 @@ def lr_at(job: Any, t: int) -> float:
     return lr
 
 
-def make_scheduler(job: Any, optimizer: Any) -> Any:
+def make_scheduler(job: JobSpec, optimizer: Any) -> Any:
     """The job's schedule as a torch LR scheduler over ``optimizer``."""
     return JobScheduler(job, optimizer)
 
@@ -51,7 +54,7 @@ def _scheduler_base() -> Any:
 class JobScheduler(_scheduler_base()):  # type: ignore[misc]
     """``torch.optim.lr_scheduler`` that sets every group's lr to :func:`lr_at`."""
 
-    def __init__(self, job: Any, optimizer: Any, last_epoch: int = -1) -> None:
+    def __init__(self, job: JobSpec, optimizer: Any, last_epoch: int = -1) -> None:
         self.job = job
         super().__init__(optimizer, last_epoch)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -25,8 +25,11 @@ import torch.nn.functional as F
 
 from dk.pol.checkpoint import Tensors, hparam_tensors, meta_tensors
 
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
-def make_optimizer(job: Any, params: Any) -> torch.optim.Optimizer:
+
+def make_optimizer(job: JobSpec, params: Any) -> torch.optim.Optimizer:
     """The job's optimizer over ``params`` (single-tensor implementation, never foreach)."""
     t = job.train
     if t["optimizer"] == "sgd":
@@ -49,7 +52,7 @@ def make_optimizer(job: Any, params: Any) -> torch.optim.Optimizer:
     )
 
 
-def make_loss(job: Any, output_dim: int | None = None) -> Any:
+def make_loss(job: JobSpec, output_dim: int | None = None) -> Any:
     """The job's loss as ``f(logits, y) -> scalar`` (mean over the batch, SPEC §6.1).
 
     ``next_token_cross_entropy`` takes logits ``(B, T, V)`` and targets ``(B, T)``.
@@ -96,7 +99,7 @@ _ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
 _STATE_KEYS = {"sgd": ("momentum_buffer",), "adam": _ADAM_KEYS, "adamw": _ADAM_KEYS}
 
 
-def make_codec(job: Any) -> Any:
+def make_codec(job: JobSpec) -> Any:
     """The job's gradient codec state machine, or None without compression (SPEC §10.1)."""
     spec = job.train.get("compression", "")
     if not spec:
@@ -116,7 +119,7 @@ def compress_hook(codec: Any) -> Any:
 def snapshot(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    job: Any,
+    job: JobSpec,
     step: int,
     steps_per_epoch: int,
     codec: Any = None,
@@ -144,7 +147,7 @@ def restore(
     ck: Mapping[str, np.ndarray],
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
-    job: Any,
+    job: JobSpec,
     codec: Any = None,
 ) -> None:
     """Load a checkpoint's parameters, buffers, optimizer state and codec state."""
@@ -181,7 +184,9 @@ def batch_tensors(dataset: Any, indices: np.ndarray) -> tuple[torch.Tensor, torc
     return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))
 
 
-def job_batch(job: Any, dataset: Any, sampler: Any, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+def job_batch(
+    job: JobSpec, dataset: Any, sampler: Any, step: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``step``'s batch with the job's augmentation (SPEC §8.3), on CPU."""
     from dk.pol.augment import augment_batch
 
@@ -194,7 +199,7 @@ def job_batch(job: Any, dataset: Any, sampler: Any, step: int) -> tuple[torch.Te
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def resolve_device(job: Any, device: str | None = None) -> torch.device:
+def resolve_device(job: JobSpec, device: str | None = None) -> torch.device:
     """The device to train or replay on: ``device`` if given, else the job's ``train.device``.
 
     Raises:
@@ -210,7 +215,7 @@ def resolve_device(job: Any, device: str | None = None) -> torch.device:
     return torch.device(want)
 
 
-def replay_device(job: Any, device: str | None = None) -> torch.device:
+def replay_device(job: JobSpec, device: str | None = None) -> torch.device:
     """Where a verifier replays: ``device`` if given; else the job's device where this machine
     has it, otherwise the CPU (a tolerant replay of a CUDA run on a CPU is legitimate)."""
     if device is not None:
@@ -219,7 +224,7 @@ def replay_device(job: Any, device: str | None = None) -> torch.device:
     return torch.device("cuda" if want == "cuda" and torch.cuda.is_available() else "cpu")
 
 
-def autocast(job: Any, device: torch.device) -> Any:
+def autocast(job: JobSpec, device: torch.device) -> Any:
     """The job's precision as an autocast context (a no-op for fp32, SPEC §6.1)."""
     dt = _AUTOCAST.get(job.train.get("precision", "fp32"))
     if dt is None:
@@ -227,14 +232,14 @@ def autocast(job: Any, device: torch.device) -> Any:
     return torch.autocast(device_type=device.type, dtype=dt)
 
 
-def clip_gradients(job: Any, params: Any) -> None:
+def clip_gradients(job: JobSpec, params: Any) -> None:
     """Clip the gradients' global L2 norm to ``train.clip_norm`` (0 = off)."""
     c = float(job.train.get("clip_norm", 0.0))
     if c > 0.0:
         torch.nn.utils.clip_grad_norm_(params, c, foreach=False)
 
 
-def set_lr(job: Any, optimizer: torch.optim.Optimizer, step: int) -> None:
+def set_lr(job: JobSpec, optimizer: torch.optim.Optimizer, step: int) -> None:
     """Set every group's lr to the job's schedule at ``step`` (SPEC §8.4)."""
     from dk.pol.schedule import lr_at
 
@@ -251,7 +256,7 @@ def train_step(
     y: torch.Tensor,
     grad_hook: Any = None,
     *,
-    job: Any = None,
+    job: JobSpec | None = None,
     step: int = 0,
     device: torch.device | None = None,
 ) -> float:

@@ -18,9 +18,12 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dk.errors import BackendUnavailable, DkError
+
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
 Tensors = dict[str, Any]
 Results = dict[int, tuple[bool, dict[str, Any]]]
@@ -103,7 +106,7 @@ class RayExecutor:
 
     def replay(
         self,
-        job: Any,
+        job: JobSpec,
         dataset: Any,
         tasks: list[tuple[int, Tensors, Tensors | None, bytes, int, int]],
         held_roots: dict[int, str],

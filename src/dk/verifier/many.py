@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dk.verifier.report import Report
 from dk.verifier.verify import verify_bundle
+
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
 
 def bundle_dirs(root: str | os.PathLike[str]) -> list[Path]:
@@ -22,14 +25,16 @@ def bundle_dirs(root: str | os.PathLike[str]) -> list[Path]:
     return sorted(p for p in base.iterdir() if p.is_dir() and (p / "manifest.json").is_file())
 
 
-def _one(bundle: str, job: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+def _one(
+    bundle: str, job: JobSpec | str | os.PathLike[str], kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """Ray task body: verify one bundle; the report crosses back as its dict."""
     return verify_bundle(bundle, job, **kwargs).to_dict()
 
 
 def verify_many(
     root: str | os.PathLike[str],
-    job: Any,
+    job: JobSpec | str | os.PathLike[str],
     *,
     executor: Any = None,
     **kwargs: Any,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from dk.errors import BackendUnavailable, FormatError
 from dk.pol.checkpoint import ZK_DIGEST_KEY
 from dk.verifier.report import Reason, Report
 
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
+
 MAX_PROOF_FILE = 64 * 1024 * 1024
 _PROOF_FILE = re.compile(r"^proofs/interval-(0|[1-9][0-9]{0,8})\.json$")
 
@@ -27,7 +30,7 @@ _PROOF_FILE = re.compile(r"^proofs/interval-(0|[1-9][0-9]{0,8})\.json$")
 from dk.pol.challenge_doc import proof_file as proof_file  # noqa: E402  (SPEC IV §6.2)
 
 
-def load_circuit(job: Any) -> Any:
+def load_circuit(job: JobSpec) -> Any:
     """The verifier's own step circuit for the job, with an SRS the job accepts.
 
     Raises:
@@ -63,7 +66,7 @@ def load_circuit(job: Any) -> Any:
     return circ
 
 
-def init_extra(job: Any, circ: Any) -> dict[str, np.ndarray]:
+def init_extra(job: JobSpec, circ: Any) -> dict[str, np.ndarray]:
     """The zk tensors of checkpoint 0."""
     from dk.circuits.session import zk_init_extra
 
@@ -95,7 +98,7 @@ def proof_index(m: dict[str, Any]) -> dict[int, str]:
     return out
 
 
-def accepted_srs(job: Any) -> str:
+def accepted_srs(job: JobSpec) -> str:
     """What SRS the job accepts (SPEC IV §5): a SHA-256 hex digest, or ``"local"``."""
     return str(job.pol.get("zk", {}).get("srs", ""))
 
@@ -104,7 +107,7 @@ def verify_proofs(
     rep: Report,
     bundle: Path,
     circ: Any,
-    job: Any,
+    job: JobSpec,
     m: dict[str, Any],
     chal: list[int],
     digests: dict[int, str],

@@ -10,7 +10,7 @@ optimizer, loss and batches, exactly as :class:`dk.pol.replay.Replayer` does on 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,9 +18,12 @@ from dk.pol.backends.log import RoundingLog, check_binding
 from dk.pol.backends.rounded import DEFAULT_TAU_LOG2, RoundedMode
 from dk.pol.checkpoint import Tensors, initial_checkpoint
 
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
+
 
 def run_interval(
-    job: Any,
+    job: JobSpec,
     dataset: Any,
     start: Mapping[str, np.ndarray],
     start_step: int,
@@ -76,7 +79,7 @@ def run_interval(
     return snapshot(model, optimizer, job, end_step, sampler.steps_per_epoch), out
 
 
-def record_run(job: Any, dataset: Any) -> tuple[list[Tensors], list[bytes]]:
+def record_run(job: JobSpec, dataset: Any) -> tuple[list[Tensors], list[bytes]]:
     """Train a whole job: its checkpoints (step 0 first) and one log blob per interval."""
     from dk.pol.sampler import job_sampler
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dk.crypto.hashing import digests_equal
 from dk.errors import FormatError
@@ -11,8 +11,11 @@ from dk.pol.data.base import Dataset
 from dk.pol.data.images import ImageDataset
 from dk.pol.data.tokens import load_tokens
 
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
-def load_dataset(job: Any) -> Dataset:
+
+def load_dataset(job: JobSpec) -> Dataset:
     """The dataset a job's ``[data]`` names, opened lazily (nothing big is read yet)."""
     from dk.pol.job import JobSpec
 
@@ -34,7 +37,7 @@ def load_dataset(job: Any) -> Dataset:
     raise FormatError(f"job: unknown data.kind {kind!r}", reason="JOB_MALFORMED")
 
 
-def check_root(job: Any, dataset: Dataset) -> bytes:
+def check_root(job: JobSpec, dataset: Dataset) -> bytes:
     """The dataset's root; raise ``FormatError`` (DATA_MISMATCH) if the job pins another."""
     root = dataset.root()
     want = job.data["root"]
@@ -46,7 +49,7 @@ def check_root(job: Any, dataset: Dataset) -> bytes:
     return root
 
 
-def check_dims(job: Any, dataset: Dataset) -> None:
+def check_dims(job: JobSpec, dataset: Dataset) -> None:
     """Raise ``FormatError`` (JOB_MALFORMED) unless the job's model fits the dataset.
 
     The model's input size must be the dataset's features per sample; with integer labels and
