@@ -118,13 +118,13 @@ def replay_challenged(
                 i,
                 held[i],
                 held.get(i + 1),
-                bytes.fromhex(cks[i + 1]["root"]),
-                ivs[i]["start_step"],
-                ivs[i]["end_step"],
+                cks[i + 1].root,
+                ivs[i].start_step,
+                ivs[i].end_step,
             )
             for i in chal
         ]
-        roots = {j: cks[j]["root"] for j in held}
+        roots = {j: cks[j].root.hex() for j in held}
         try:
             results, worker_cpu, procs = executor.replay(job, ds, tasks, roots)
         except ExecutorFailed as e:
