@@ -12,7 +12,6 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -111,11 +110,8 @@ def main(argv: list[str]) -> int:
         console.print("[bold red]demo failed: the tampered bundle was accepted[/]")
         return 1
 
-    run_demo: Callable[..., bool] | None
     try:
-        from dk.market.demo import run_demo as market_demo
-
-        run_demo = market_demo
+        from dk.market.demo import run_demo
     except ImportError:
         run_demo = None
     if run_demo is not None:
