@@ -227,7 +227,8 @@ def _flow(
     oid = placed["order_id"]
     say(
         f"market: consumer orders job {placed['job_id'][:16]}… as {oid}: 120 in escrow, "
-        f"window {WINDOW_S} s, policy {json.dumps(placed['policy'], sort_keys=True)}"
+        f"window {WINDOW_S} s, policy {json.dumps(placed['policy'], sort_keys=True)} "
+        "(samples null: the economic default, SPEC V §10)"
     )
     bid = dk(
         "market", "bid", *u, "--key", key["worker"], "--price", "100", "--stake", "50",
@@ -258,6 +259,14 @@ def _flow(
     )
     if out["verdict"] != "accept":
         return False
+    ex = dk("market", "explain", *u, oid, "--json")
+    ten = next(r for r in ex["rows"] if r["fraction"] >= 0.1)
+    say(
+        f"market: dk market explain {oid}: samples {ex['samples']} of m = {ex['m']} "
+        f"({ex['source']}); skipping {ten['fraction']:.0%} is caught with p = "
+        f"{ten['detect']:.2f}: expected loss {ten['expected_loss']:.0f} vs "
+        f"{ten['expected_gain']:.0f} of compute saved"
+    )
     attesters = drawn[:2]
     t0 = time.perf_counter()
     dk.all(
@@ -290,7 +299,7 @@ def _flow(
         ["market", "balance", *u, "--key", key["consumer"], "--json"],
     )
     say(
-        f"market: waited {time.perf_counter() - t0:.1f} s of server time, no challenge: "
+        f"market: waited {time.perf_counter() - t0:.1f} s for the server's clock, no challenge: "
         f"{settled['outcome']}; worker balance {worker['balance']}, consumer "
         f"{consumer['balance']}"
     )

@@ -40,6 +40,7 @@ def test_served_demo_end_to_end(proved: tuple[Path, Path, Path], tmp_path: Path)
     assert "listening on http://127.0.0.1:" in text
     assert "the server verifies its own copy: accept" in text
     assert "released; worker balance 1100, consumer 900" in text  # 1000 - 120 + 20 refund
+    assert "samples 4 of m = 4 (economic default, fixed at verification)" in text
     assert any("audit --url: clean" in line for line in lines)
     assert lines[-1] == "market: server stopped with SIGTERM"
     for party in ("consumer", "val-1", "val-2", "val-3", "val-4"):
