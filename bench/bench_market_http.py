@@ -52,6 +52,17 @@ def _requests(market_id: bytes, deadline: int) -> list[list[dict[str, Any]]]:
     return batches
 
 
+def _validators(execute: Any, market_id: bytes) -> None:
+    """Three staked validators (every match draws n = 3 of them); not timed."""
+    from dk.market.attest import BlsKey
+    from dk.market.validator import registration_request
+
+    for j in range(3):
+        c = Client(SigningKey(bytes([200 + j]) * 32), market_id)
+        execute(c.request("deposit", amount=10**6))
+        execute(registration_request(c, BlsKey.from_seed(bytes([j + 1]) * 32), 100))
+
+
 def _run(execute: Any, batches: list[list[dict[str, Any]]], threads: bool) -> tuple[int, float]:
     count = [0]
     lock = threading.Lock()
@@ -91,6 +102,7 @@ def main() -> None:
         tmp = Path(d)
         now = int(time.time())
         m = Market.create(tmp / "inproc.db", config=MarketConfig())
+        _validators(m.execute, m.market_id)
         n, s = _run(m.execute, _requests(m.market_id, now + 3600), False)
         m.close()
         inproc = n / s
@@ -110,6 +122,7 @@ def main() -> None:
             time.sleep(0.01)
         url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
         remotes = [RemoteMarket(url) for _ in range(CLIENTS)]
+        _validators(remotes[0].execute, service.market_id)
         batches = _requests(service.market_id, now + 3600)
         local = threading.local()
         pool = iter(remotes)

@@ -1,6 +1,6 @@
 """`make bench` (Ray): verifying 8 bundles on a local Ray vs one after the other, in one run.
 
-Eight honest bundles of one digits MLP job (64-64-10, 400 steps, k = 20) are verified with every
+Eight honest bundles of one digits MLP job (64-256-10, 2,000 steps, k = 50) are verified with every
 interval challenged, first sequentially in this process, then by ``dk verify-many --ray local``
 (one Ray task per bundle on ``num_cpus = 2``). Printed side by side: the sequential time, the
 Ray time, the speed-up, and Ray's fixed start-up cost (measured separately). On 2 cores the
@@ -30,7 +30,7 @@ def main() -> None:
         tmp = Path(d)
         root = tmp / "round"
         root.mkdir()
-        job = default_job(hidden=[64], steps=400, interval=20, batch_size=32)
+        job = default_job(hidden=[256], steps=2000, interval=50, batch_size=64)
         train_job(job, tmp / "run")
         for i in range(N_BUNDLES):
             prove_run(tmp / "run", job, SigningKey(bytes([i + 1]) * 32), root / f"b{i}")

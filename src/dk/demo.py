@@ -2,7 +2,8 @@
 
 consumer writes a job → worker trains with recording → worker proves → verifier accepts →
 someone flips one byte of one checkpoint → verifier rejects with the reason → (when the market
-is installed) one job goes through the market end to end.
+is installed) one job goes through a real ``dk market serve`` on 127.0.0.1, the consumer, the worker
+and the validators each a separate ``dk market … --url`` process with its own key file.
 
 Run: ``python -m dk.demo [WORKDIR]`` (default ``demo-out/``, recreated).
 """
@@ -110,26 +111,48 @@ def main(argv: list[str]) -> int:
         console.print("[bold red]demo failed: the tampered bundle was accepted[/]")
         return 1
 
-    try:
-        from dk.market.demo import run_demo
-    except ImportError:
-        run_demo = None
-    if run_demo is not None:
-        step(
-            "8. one job through the market: validators stake, order, bid, match (the market "
-            "draws the validators), submit, beacon shares, verify, attest, release",
-            "dk market …",
-        )
-        if not run_demo(
-            bundle, job_path, work / "market", lambda s: console.print(s), worker_key=key
-        ):
-            console.print("[bold red]demo failed in the market[/]")
-            return 1
+    market_ok = _market_part(work, bundle, job_path, key_path, key)
+    if market_ok is False:
+        console.print("[bold red]demo failed in the market[/]")
+        return 1
 
     console.print(
         f"\n[bold green]demo complete[/] in {time.perf_counter() - t_start:.0f} s; files in {work}/"
     )
     return 0
+
+
+def _market_part(
+    work: Path, bundle: Path, job_path: Path, key_path: Path, key: object
+) -> bool | None:
+    """Step 8: one job through ``dk market serve`` with every party a separate process, or,
+    without the server extra, through an in-process ledger. None when the market is absent."""
+    import importlib.util
+
+    if importlib.util.find_spec("dk.market") is None:
+        return None
+    if all(importlib.util.find_spec(m) for m in ("uvicorn", "starlette", "httpx")):
+        from dk.market.demo_server import run_served_demo
+
+        step(
+            "8. one job through a market server: `dk market serve` on 127.0.0.1; the consumer, "
+            "the worker and four validators are separate processes, each with its own key file",
+            "dk market serve --port 0 & dk market … --url http://127.0.0.1:PORT --key PARTY.key",
+        )
+        return run_served_demo(bundle, job_path, work / "market", _say, worker_key=key_path)
+    from dk.market.demo import run_demo
+
+    step(
+        "8. one job through an in-process market (pip install 'dk-pol[server]' for the server "
+        "demo): validators stake, order, bid, match, submit, beacon shares, verify, attest, "
+        "release",
+        "dk market … --db market.db",
+    )
+    return run_demo(bundle, job_path, work / "market", _say, worker_key=key)
+
+
+def _say(line: str) -> None:
+    console.print(line, markup=False)
 
 
 if __name__ == "__main__":

@@ -74,7 +74,9 @@ def _common(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _render(app: App, out: Any) -> None:
-    if isinstance(out, dict):
+    if hasattr(out, "__rich__"):
+        app.print(out)
+    elif isinstance(out, dict):
         for k in sorted(out):
             v = out[k]
             if isinstance(v, list) and v and isinstance(v[0], dict):
@@ -304,6 +306,49 @@ def show(db: str, now: int | None, order_id: str | None) -> dict[str, Any]:
     """Show ORDER_ID with the reason each bid did not match, or the whole book."""
     with _open(db, now) as m:
         return m.show(order_id) if order_id else m.book()
+
+
+@market.command(short_help="Why an order's challenge policy samples what it does")
+@click.argument("order_id")
+@click.option(
+    "--intervals",
+    type=click.IntRange(1),
+    default=None,
+    help="The job's intervals m (default: those the market's verification recorded).",
+)
+@_common
+def explain(db: str, now: int | None, order_id: str, intervals: int | None) -> Any:
+    """Show ORDER_ID's samples and, for skips of 1 % … 100 % of the work, the detection
+    probability, the compute a cheater saves and its expected loss (SPEC Part V §10)."""
+    with _open(db, now) as m:
+        return _Explained(m.explain(order_id, intervals=intervals))
+
+
+class _Explained(dict):  # type: ignore[type-arg]
+    """explain's result: JSON as is, or rendered as a table."""
+
+    def __rich__(self) -> Any:
+        from rich.table import Table
+
+        table = Table(
+            title=(
+                f"{self['order_id']} ({self['state']}): m = {self['m']} intervals, price "
+                f"{self['price']}, stake {self['stake']}, gamma {self['gamma']:g}; samples "
+                f"{self['samples']} ({self['source']}; the rule gives {self['economic_samples']})"
+            ),
+            title_justify="left",
+        )
+        for col in ("skipped", "of the work", "detected", "compute saved", "expected loss"):
+            table.add_column(col, justify="right")
+        for r in self["rows"]:
+            table.add_row(
+                str(r["skipped"]),
+                f"{r['fraction']:.0%}",
+                f"{r['detect']:.3f}",
+                f"{r['expected_gain']:.2f}",
+                f"{r['expected_loss']:.2f}",
+            )
+        return table
 
 
 @market.command(short_help="Free balance of an account")

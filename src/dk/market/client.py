@@ -163,6 +163,11 @@ class RemoteMarket:
         """One order with the explanation of every bid."""
         return self._get(f"/v1/orders/{order_id}")
 
+    def explain(self, order_id: str, *, intervals: int | None = None) -> dict[str, Any]:
+        """The order's challenge policy explained (SPEC V §10)."""
+        params = {} if intervals is None else {"intervals": intervals}
+        return self._get(f"/v1/orders/{order_id}/explain", **params)
+
     def book(self) -> dict[str, Any]:
         """All orders and bids."""
         return self._get("/v1/orders")

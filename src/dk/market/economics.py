@@ -78,6 +78,21 @@ def economic_samples(m: int, price: int, stake: int, gamma: float = DEFAULT_GAMM
     return lo
 
 
+def order_samples(m: int, price: int, stake: int, floor: int) -> int:
+    """The economic default of an order that gives no ``samples`` (SPEC V §10).
+
+    ``min(m, max(floor, economic_samples(m, price, stake)))``: ``m`` intervals of the committed
+    manifest, the matched ``price``, the worker's locked ``stake`` for the order, and the
+    market's configured ``samples`` as a floor.
+    """
+    return min(m, max(floor, economic_samples(m, max(price, 1), max(stake, 0))))
+
+
+def manifest_intervals(manifest: dict[str, Any]) -> int:
+    """``m``: the intervals of a manifest (its checkpoints after checkpoint 0), at least 1."""
+    return max(1, len(manifest["checkpoints"]) - 1)
+
+
 @dataclass(frozen=True)
 class PolicyExplanation:
     """What ``dk market explain`` shows for one order's challenge policy."""

@@ -87,12 +87,13 @@ def tags(params: dict[str, Any], name: str = "tags") -> dict[str, str]:
     return dict(v)
 
 
-def policy(params: dict[str, Any], defaults: dict[str, int]) -> dict[str, int]:
+def policy(params: dict[str, Any], defaults: dict[str, int]) -> dict[str, int | None]:
     """The verification policy: ``samples``, ``topq``, ``k`` (attestations), ``n`` (validators
     drawn, ``k <= n``), ``window`` (s).
 
     Missing entries take the market's defaults (a missing ``n`` is raised to ``k``); unknown
-    entries are refused.
+    entries are refused. A missing ``samples`` is ``None``: the economic default, fixed when
+    the market first verifies the result (SPEC V §10).
 
     Raises:
         FormatError: ``BAD_PARAMS``.
@@ -114,6 +115,8 @@ def policy(params: dict[str, Any], defaults: dict[str, int]) -> dict[str, int]:
         out["n"] = max(out["n"], out["k"])
     if out["k"] > out["n"]:
         raise _bad("policy k (attestations) must not exceed n (validators drawn)")
-    if out["samples"] + out["topq"] == 0:
+    if "samples" in v and out["samples"] + out["topq"] == 0:
         raise _bad("policy must challenge at least one interval (samples + topq >= 1)")
+    if "samples" not in v:
+        out["samples"] = None  # the economic default (SPEC V §10), at least 1
     return out

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dk.market import accounts, attest, beacon, challenges, matching, orders, results
+from dk.market import accounts, attest, beacon, challenges, economics, matching, orders, results
 from dk.market.audit import AuditReport, audit
 from dk.market.config import Context, MarketConfig
 from dk.market.errors import MarketRefused
@@ -243,22 +243,63 @@ class Market:
             raise MarketRefused(
                 "NO_BEACON", f"the drawn validators have not all shared for {order_id} yet"
             )
-        self._bundle_for(order, bundle_dir, job)
+        manifest = self._bundle_for(order, bundle_dir, job)
         order_beacon = bytes.fromhex(order["beacon"])
         policy = json.loads(order["policy"])
+        fixed = None
+        if policy["samples"] is None:  # the economic default, fixed now (SPEC V §10)
+            fixed = {
+                "samples": economics.order_samples(
+                    economics.manifest_intervals(manifest),
+                    int(order["price"]),
+                    int(order["stake"] or 0),
+                    self.config.samples,
+                ),
+                "intervals": economics.manifest_intervals(manifest),
+            }
         report = self._verify(
             Path(bundle_dir),
             job,
             beacon=order_beacon,
-            samples=policy["samples"],
+            samples=policy["samples"] if fixed is None else fixed["samples"],
             topq=policy["topq"],
             workers=workers,
         )
         now = self.now()
         with self.ledger.transaction("verify", at=now) as tx:
-            results.record_verification(tx, order_id, order_beacon, report, now)
+            results.record_verification(tx, order_id, order_beacon, report, now, fixed=fixed)
             out = dict(tx.data)
         out["report"] = report.to_dict()
+        return out
+
+    def explain(self, order_id: str, *, intervals: int | None = None) -> dict[str, Any]:
+        """Why the order's challenge policy samples what it does (SPEC V §10).
+
+        ``m`` is ``intervals`` if given, else the one the market's verification recorded.
+        Price and stake are the matched ones (before a match: ``max_price``, ``min_stake``).
+
+        Raises:
+            MarketRefused: ``UNKNOWN_ORDER``; ``NEED_INTERVALS`` when ``m`` is not known yet.
+        """
+        order = self.order(order_id)
+        policy = json.loads(order["policy"])
+        m = intervals if intervals is not None else policy.get("intervals")
+        if m is None or m < 1:
+            raise MarketRefused(
+                "NEED_INTERVALS",
+                f"{order_id}'s result is not verified yet: give the job's intervals (--intervals)",
+            )
+        price = int(order["price"] if order["price"] is not None else order["max_price"])
+        stake = int(order["stake"] if order["stake"] is not None else order["min_stake"])
+        rule = economics.order_samples(m, price, stake, self.config.samples)
+        if policy["samples"] is None:
+            samples, source = rule, "economic default (fixed at the market's verification)"
+        elif "intervals" in policy:
+            samples, source = int(policy["samples"]), "economic default, fixed at verification"
+        else:
+            samples, source = int(policy["samples"]), "set by the order"
+        out = economics.explain(m, price, stake, samples=samples).to_dict()
+        out.update(order_id=order_id, state=order["state"], economic_samples=rule, source=source)
         return out
 
     def redraw(self, order_id: str) -> dict[str, Any]:

@@ -124,12 +124,22 @@ def _codes(report: Any) -> list[str]:
     return [str(c) for c in codes][:32]
 
 
-def record_verification(tx: Tx, order_id: str, beacon: bytes, report: Any, now: int) -> None:
+def record_verification(
+    tx: Tx,
+    order_id: str,
+    beacon: bytes,
+    report: Any,
+    now: int,
+    *,
+    fixed: dict[str, int] | None = None,
+) -> None:
     """Store the market's verification of a submitted order by its verdict.
 
     ``accept``: state ``verified`` with ``report_digest``. ``reject``: the escrow returns to
     the consumer and the worker's stake is slashed to the consumer (outcome ``rejected``).
-    ``inconclusive``: recorded, nothing moves, the order stays ``submitted``.
+    ``inconclusive``: recorded, nothing moves, the order stays ``submitted``. ``fixed``
+    (``samples`` and ``intervals``) is the economic default the verification used, written
+    into the order's policy and the event whatever the verdict (SPEC V §10).
 
     Raises:
         MarketRefused: ``BAD_STATE`` if the order is no longer ``submitted`` or its beacon
@@ -150,6 +160,16 @@ def record_verification(tx: Tx, order_id: str, beacon: bytes, report: Any, now: 
         "beacon": beacon.hex(),
         "reasons": _codes(report),
     }
+    if fixed is not None:
+        policy = json.loads(order["policy"])
+        if policy["samples"] is not None:
+            raise MarketRefused("BAD_STATE", f"{order_id}'s samples are fixed already")
+        policy.update(fixed)
+        tx.exec(
+            "UPDATE orders SET policy = ? WHERE order_id = ?",
+            (json.dumps(policy, sort_keys=True), order_id),
+        )
+        tx.data.update(fixed)
     if verdict == "inconclusive":
         return
     if verdict == "accept":

@@ -334,6 +334,15 @@ def create_app(service: MarketService) -> Any:
         return dict(row)
 
     @endpoint
+    async def explain(request: Request) -> Any:
+        raw = request.query_params.get("intervals")
+        if raw is not None and not (raw.isdigit() and 0 < int(raw) <= 10**9):
+            raise HttpError(400, "BAD_PARAMS", "intervals must be a positive integer")
+        oid = request.path_params["order_id"]
+        m = None if raw is None else int(raw)
+        return await service.run(lambda: service.market.explain(oid, intervals=m))
+
+    @endpoint
     async def redraw(request: Request) -> Any:
         out = await service.run(service.market.redraw, request.path_params["order_id"])
         await changed()
@@ -407,6 +416,7 @@ def create_app(service: MarketService) -> Any:
         Route("/v1/orders", orders, methods=["GET"]),
         Route("/v1/orders/{order_id}", order, methods=["GET"]),
         Route("/v1/orders/{order_id}/row", order_row, methods=["GET"]),
+        Route("/v1/orders/{order_id}/explain", explain, methods=["GET"]),
         Route("/v1/orders/{order_id}/redraw", redraw, methods=["POST"]),
         Route("/v1/orders/{order_id}/verify", market_action("verify"), methods=["POST"]),
         Route("/v1/orders/{order_id}/accept", market_action("accept"), methods=["POST"]),
@@ -466,6 +476,25 @@ OPENAPI: dict[str, Any] = {
             "get": _op(
                 "the order's ledger row as stored (JSON fields as text)", params=["order_id"]
             )
+        },
+        "/v1/orders/{order_id}/explain": {
+            "get": {
+                **_op("the order's challenge policy explained (SPEC V §10)", params=["order_id"]),
+                "parameters": [
+                    {
+                        "name": "order_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "intervals",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer"},
+                    },
+                ],
+            }
         },
         "/v1/orders/{order_id}/redraw": {
             "post": _op("replace drawn validators that withheld their share", params=["order_id"])
