@@ -14,11 +14,15 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from dk.cli.render import report_summary, report_table
+
+if TYPE_CHECKING:
+    from dk.crypto.keys import SigningKey
 
 console = Console(highlight=False)
 
@@ -123,7 +127,7 @@ def main(argv: list[str]) -> int:
 
 
 def _market_part(
-    work: Path, bundle: Path, job_path: Path, key_path: Path, key: object
+    work: Path, bundle: Path, job_path: Path, key_path: Path, key: SigningKey
 ) -> bool | None:
     """Step 8: one job through ``dk market serve`` with every party a separate process, or,
     without the server extra, through an in-process ledger. None when the market is absent."""

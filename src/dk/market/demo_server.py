@@ -67,7 +67,8 @@ class _Cli:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
-            raise DemoFailed(f"{' '.join(map(str, proc.args[3:5]))} timed out") from None
+            cmd = " ".join(map(str, proc.args[3:5]))  # type: ignore[index]
+            raise DemoFailed(f"{cmd} timed out") from None
         if proc.returncode != 0:
             if not check:
                 return None
