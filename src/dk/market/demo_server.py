@@ -155,6 +155,7 @@ def run_served_demo(
 
 def _run(bundle: Path, job_path: Path, work: Path, say: Callable[[str], None], wkey: Path) -> bool:
     work.mkdir(parents=True, exist_ok=True)
+    work = work.resolve()  # the parties' processes run in ``work``: absolute paths only
     if not wkey.is_file():
         raise DemoFailed(f"no worker key {wkey}")
     for stale in ("market.db", "market.db-wal", "market.db-shm", "server.log"):

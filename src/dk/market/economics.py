@@ -27,19 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dk.verifier.challenge import miss_probability as miss_probability  # SPEC I §12.1
+
 DEFAULT_GAMMA = 10
-
-
-def miss_probability(m: int, d: int, s: int) -> float:
-    """``C(m−d, s) / C(m, s)``: no sample hits one of ``d`` skipped intervals (SPEC V §10)."""
-    if d <= 0:
-        return 1.0
-    if s > m - d:
-        return 0.0
-    miss = 1.0
-    for i in range(s):
-        miss *= (m - d - i) / (m - i)
-    return miss
 
 
 def skipping_loses(m: int, s: int, price: int, stake: int, gamma: float) -> bool:

@@ -47,6 +47,19 @@ def derive_challenge(
     return sorted(chosen)
 
 
+def miss_probability(m: int, d: int, s: int) -> float:
+    """``C(m−d, s) / C(m, s)``: no one of ``s`` uniform samples without replacement hits one
+    of ``d`` skipped intervals, as ``Π_{i<s} (m−d−i)/(m−i)`` in binary64 in that order."""
+    if d <= 0:
+        return 1.0
+    if s > m - d:
+        return 0.0
+    miss = 1.0
+    for i in range(s):
+        miss *= (m - d - i) / (m - i)
+    return miss
+
+
 def detection_probability(m: int, s: int, skipped_fraction: float) -> float:
     """P(at least one of ``s`` uniform samples without replacement hits a skipped interval)
     when ``ceil(f·m)`` of ``m`` intervals were skipped (hypergeometric)."""
@@ -54,12 +67,7 @@ def detection_probability(m: int, s: int, skipped_fraction: float) -> float:
     s = min(s, m)
     if d <= 0 or s <= 0:
         return 0.0
-    if s > m - d:
-        return 1.0
-    miss = 1.0
-    for i in range(s):
-        miss *= (m - d - i) / (m - i)
-    return 1.0 - miss
+    return 1.0 - miss_probability(m, d, s)
 
 
 def samples_for(m: int, skipped_fraction: float, target: float) -> int:

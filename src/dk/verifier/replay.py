@@ -50,6 +50,14 @@ def _replay_task(
     return ok, fig, time.process_time() - t0, os.getpid()
 
 
+def _task(
+    i: int, held: dict[int, Tensors], cks: Any, ivs: Any
+) -> tuple[Tensors, Tensors | None, bytes, int, int]:
+    """Interval ``i``'s replay inputs: verified start (and end) tensors, committed end root,
+    step range."""
+    return held[i], held.get(i + 1), cks[i + 1].root, ivs[i].start_step, ivs[i].end_step
+
+
 def _replay_parallel(
     job: JobSpec,
     ds: Dataset,
@@ -71,17 +79,7 @@ def _replay_parallel(
         initializer=_init_worker,
         initargs=(job.spec, str(job.base_dir), ds),
     ) as pool:
-        futs = {
-            i: pool.submit(
-                _replay_task,
-                held[i],
-                held.get(i + 1),
-                cks[i + 1].root,
-                ivs[i].start_step,
-                ivs[i].end_step,
-            )
-            for i in chal
-        }
+        futs = {i: pool.submit(_replay_task, *_task(i, held, cks, ivs)) for i in chal}
         for i, fut in futs.items():
             ok, fig, t, pid = fut.result()
             results[i] = (ok, fig)
@@ -113,17 +111,7 @@ def replay_challenged(
     tolerant = job.mode == "tolerant"
     worker_cpu, procs = 0.0, 1
     if executor is not None:
-        tasks = [
-            (
-                i,
-                held[i],
-                held.get(i + 1),
-                cks[i + 1].root,
-                ivs[i].start_step,
-                ivs[i].end_step,
-            )
-            for i in chal
-        ]
+        tasks = [(i, *_task(i, held, cks, ivs)) for i in chal]
         roots = {j: cks[j].root.hex() for j in held}
         try:
             results, worker_cpu, procs = executor.replay(job, ds, tasks, roots)
@@ -135,17 +123,7 @@ def replay_challenged(
         results, worker_cpu, procs = _replay_parallel(job, ds, man, chal, held, workers)
     else:
         replayer = make_replayer(job, ds)
-        results = {
-            i: replay_matches(
-                replayer,
-                held[i],
-                held.get(i + 1),
-                cks[i + 1].root,
-                ivs[i].start_step,
-                ivs[i].end_step,
-            )
-            for i in chal
-        }
+        results = {i: replay_matches(replayer, *_task(i, held, cks, ivs)) for i in chal}
     rep.figures.update(
         {
             "replayed_intervals": len(chal),
