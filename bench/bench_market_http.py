@@ -2,8 +2,9 @@
 
 The same pre-signed requests (a consumer's orders, workers' bids, the consumer's matches) go
 once straight into :meth:`Market.execute` and once over HTTP to ``dk market serve``'s app on
-127.0.0.1 (uvicorn in a thread, 4 client threads, keep-alive connections). Target: >= 1,000
-signed operations per second over HTTP on this machine.
+127.0.0.1 (the server in its own process, 4 client processes with keep-alive connections).
+Target: >= 1,000 signed operations per second over HTTP on this machine. The server applies
+requests on one writer thread, so the in-process rate is its ceiling.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ CLIENTS = 4
 TARGET = 1000.0
 
 
-def _requests(market_id: bytes, deadline: int) -> list[list[dict[str, Any]]]:
-    """Per client thread: a consumer's order, a worker's bid and the match, in order."""
+def _requests(
+    market_id: bytes, deadline: int, lanes: range | list[int] = range(CLIENTS)
+) -> list[list[dict[str, Any]]]:
+    """Per client: a consumer's order, a worker's bid and the match, in order."""
     batches: list[list[dict[str, Any]]] = []
-    for t in range(CLIENTS):
+    for t in lanes:
         consumer = Client(SigningKey(bytes([10 + t]) * 32), market_id)
         worker = Client(SigningKey(bytes([50 + t]) * 32), market_id)
         batch = [
@@ -50,6 +53,18 @@ def _requests(market_id: bytes, deadline: int) -> list[list[dict[str, Any]]]:
             batch.append({"match_of": oid, "consumer": consumer})
         batches.append(batch)
     return batches
+
+
+def _lane(url: str, t: int, deadline: int, go: Any, out: Any) -> None:
+    """One client process: its own connection, its own consumer and worker, lane ``t``."""
+    from dk.market.client import RemoteMarket
+
+    with RemoteMarket(url) as rm:
+        batch = _requests(rm.market_id, deadline, [t])
+        out.put("ready")
+        go.wait()
+        n, _ = _run(rm.execute, batch, False)
+    out.put(n)
 
 
 def _validators(execute: Any, market_id: bytes) -> None:
@@ -93,10 +108,7 @@ def _run(execute: Any, batches: list[list[dict[str, Any]]], threads: bool) -> tu
 
 
 def main() -> None:
-    import uvicorn
-
     from dk.market.client import RemoteMarket
-    from dk.market.server import MarketService, RateLimit, create_app
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -108,43 +120,48 @@ def main() -> None:
         inproc = n / s
 
         Market.create(tmp / "http.db", config=MarketConfig()).close()
-        service = MarketService(
-            tmp / "http.db", state_dir=tmp / "state", rate=RateLimit(rate=1e9, burst=1e9)
-        )
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(service), host="127.0.0.1", port=0, log_level="warning", ws="none"
-            )
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.01)
-        url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-        remotes = [RemoteMarket(url) for _ in range(CLIENTS)]
-        _validators(remotes[0].execute, service.market_id)
-        batches = _requests(service.market_id, now + 3600)
-        local = threading.local()
-        pool = iter(remotes)
-        pool_lock = threading.Lock()
+        # the server in its own process (as deployed): clients here do not share its GIL
+        import subprocess
+        import sys
 
-        def execute(req: dict[str, Any]) -> dict[str, Any]:
-            if not hasattr(local, "rm"):
-                with pool_lock:
-                    local.rm = next(pool)
-            return local.rm.execute(req)
+        code = (
+            "import sys\n"
+            "from dk.market.server import serve\n"
+            "serve(sys.argv[1], port=0, ready=lambda p: print(p, flush=True))\n"
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp / "http.db")], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        url = f"http://127.0.0.1:{int(proc.stdout.readline())}"
+        try:
+            import multiprocessing as mp
 
-        n, s = _run(execute, batches, True)
-        http = n / s
-        for rm in remotes:
-            rm.close()
-        server.should_exit = True
-        thread.join(20)
-        service.close()
+            with RemoteMarket(url) as rm:
+                _validators(rm.execute, rm.market_id)
+            ctx = mp.get_context("spawn")
+            go, out = ctx.Event(), ctx.Queue()
+            lanes = [
+                ctx.Process(target=_lane, args=(url, t, now + 3600, go, out))
+                for t in range(CLIENTS)
+            ]
+            for p in lanes:
+                p.start()
+            for _ in lanes:
+                assert out.get(timeout=120) == "ready"
+            t0 = time.perf_counter()
+            go.set()
+            n = sum(int(out.get(timeout=600)) for _ in lanes)
+            http = n / (time.perf_counter() - t0)
+            for p in lanes:
+                p.join(30)
+        finally:
+            proc.terminate()
+            proc.wait(30)
 
     print(f"{'path':<34}{'signed ops/s':>14}")
     print(f"{'in-process Market.execute':<34}{inproc:>14.0f}")
-    print(f"{'HTTP, ' + str(CLIENTS) + ' client threads':<34}{http:>14.0f}")
+    print(f"{'HTTP, ' + str(CLIENTS) + ' client processes':<34}{http:>14.0f}")
     print(
         f"HTTP / in-process = {http / inproc:.2f}; target >= {TARGET:.0f}/s over HTTP: "
         f"{'MET' if http >= TARGET else 'NOT MET'}"

@@ -25,7 +25,7 @@ from dk.market.config import Context, MarketConfig
 from dk.market.errors import MarketRefused
 from dk.market.escrow import settle_order
 from dk.market.ledger import Ledger
-from dk.market.requests import parse_request
+from dk.market.requests import SignedRequest, parse_request
 
 Handler = Callable[..., None]
 HANDLERS: dict[str, Handler] = {
@@ -193,7 +193,11 @@ class Market:
             FormatError: malformed request or bad signature (``.reason``).
             MarketRefused: the state does not allow it (``.reason``), including ``REPLAY``.
         """
-        req = parse_request(request, market_id=self.market_id)
+        return self.apply(parse_request(request, market_id=self.market_id))
+
+    def apply(self, req: SignedRequest) -> dict[str, Any]:
+        """Apply a request :func:`parse_request` already authenticated for this market (the
+        server authenticates once, to rate-limit by account, and then applies)."""
         now = self.now()
         with self.ledger.transaction(req.action, at=now, request=req.envelope) as tx:
             try:

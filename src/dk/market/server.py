@@ -135,7 +135,7 @@ class MarketService:
         req = parse_request(raw, market_id=self.market_id)
         if not self._buckets.take(req.account):
             raise HttpError(429, "RATE_LIMITED", f"account {req.account[:16]}… is over its rate")
-        return self.market.execute(req.envelope)
+        return self.market.apply(req)  # authenticated once, above
 
     def store_job(self, text: bytes) -> dict[str, Any]:
         """Keep an uploaded job (its TOML) under its job id."""
