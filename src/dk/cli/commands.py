@@ -387,6 +387,15 @@ def challenge_options(f: Any) -> Any:
     return f
 
 
+def _executor(ray_address: str | None) -> Any:
+    """``--ray ADDRESS``: a Ray executor (exit 4 without Ray), else replays run here."""
+    if not ray_address:
+        return None
+    from dk.verifier.executors import ray_executor
+
+    return ray_executor(ray_address)
+
+
 @click.command(short_help="Verify a proof bundle")
 @click.argument("bundle", type=click.Path())
 @click.option("--job", "job_file", required=True, type=click.Path(dir_okay=False))
@@ -460,11 +469,7 @@ def verify(
     from dk.verifier.challenge import pinned_challenge
 
     beacon, root = pinned_challenge(challenge_file, job_file, beacon=beacon, root=root)
-    executor = None
-    if ray_address:
-        from dk.verifier.executors import ray_executor
-
-        executor = ray_executor(ray_address)
+    executor = _executor(ray_address)
     report = verify_bundle(
         bundle,
         job_file,
@@ -522,11 +527,7 @@ def verify_many_cmd(
     """
     from dk.verifier.many import summary, verify_many
 
-    executor = None
-    if ray_address:
-        from dk.verifier.executors import ray_executor
-
-        executor = ray_executor(ray_address)
+    executor = _executor(ray_address)
     results = verify_many(bundles, job_file, executor=executor, beacon=beacon, samples=samples)
     s = summary(results)
     if as_json:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dk.crypto.hashing import digests_equal
+from dk.crypto.numeric import fold_sum_inplace
 from dk.errors import DkError, FormatError, JobMismatch
 from dk.pol.checkpoint import Tensors, checkpoint_root, sync_files, update_norm, write_blob
 from dk.pol.data import Dataset, check_dims, load_dataset
@@ -567,8 +568,8 @@ class Recorder:
                     "before optimizer.step()"
                 )
             d = p.grad.detach().cpu().numpy().astype(np.float64) - ref
-            num += float(np.dot(d.ravel(), d.ravel()))
-            den += float(np.dot(ref.ravel(), ref.ravel()))
+            num += fold_sum_inplace(d.ravel() * d.ravel())  # SPEC §1.4: the same on every CPU
+            den += fold_sum_inplace(ref.ravel() * ref.ravel())
         rel = (num / den) ** 0.5 if den > 0 else num**0.5
         if rel > GRAD_RTOL:
             raise JobMismatch(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,3 +292,33 @@ class World:
         self.attest(oid, ["v1", "v2"])
         self.at(T0 + 20).accept(oid)
         return oid, bundle
+
+
+@contextmanager
+def running(service: Any) -> Iterator[str]:
+    """A ``dk market serve`` app over ``service`` on 127.0.0.1 (uvicorn in a thread); its URL."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from dk.market.server import create_app
+
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(service), host="127.0.0.1", port=0, log_level="warning", ws="none"
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline, "server did not start"
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(20)
+        service.close()

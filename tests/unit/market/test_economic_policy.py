@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from market_support import T0, World, new_market
+from market_support import T0, World, new_market, running
 
 from dk.cli.app import cli
 from dk.market import MarketRefused
@@ -84,32 +84,15 @@ def test_explain_cli(tmp_path: Path) -> None:
 
 def test_explain_over_http(tmp_path: Path) -> None:
     pytest.importorskip("uvicorn")
-    import threading
-    import time
-
-    import uvicorn
-
     from dk.errors import FormatError
     from dk.market.client import RemoteMarket
-    from dk.market.server import MarketService, create_app
+    from dk.market.server import MarketService
 
     w = World(new_market(tmp_path / "m.db"), tmp_path)
     oid, _ = w.to_submitted()
     w.m.close()
     service = MarketService(tmp_path / "m.db", state_dir=tmp_path / "state", clock=lambda: T0)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(service), host="127.0.0.1", port=0, log_level="warning", ws="none"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
-    url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
-    try:
+    with running(service) as url:
         with RemoteMarket(url) as rm:
             out = rm.explain(oid, intervals=40)
             assert out["m"] == 40 and out["samples"] == order_samples(40, 80, 60, 2)
@@ -118,7 +101,3 @@ def test_explain_over_http(tmp_path: Path) -> None:
             assert e.value.reason == "NEED_INTERVALS"
             with pytest.raises(FormatError):
                 rm._get(f"/v1/orders/{oid}/explain", intervals="-3")
-    finally:
-        server.should_exit = True
-        thread.join(20)
-        service.close()

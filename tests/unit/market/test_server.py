@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,6 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
-import uvicorn
 from market_support import (
     T0,
     Clock,
@@ -30,6 +28,7 @@ from market_support import (
     key,
     make_bundle,
     market_config,
+    running,
 )
 
 from dk.errors import FormatError
@@ -37,32 +36,10 @@ from dk.market import Client, Market, MarketConfig, bundle_commitment
 from dk.market.attest import attestation_message
 from dk.market.client import RemoteMarket
 from dk.market.errors import MarketRefused
-from dk.market.server import OPENAPI, MarketService, RateLimit, create_app
+from dk.market.server import OPENAPI, MarketService, RateLimit
 from dk.market.transfer import pack_bundle, unpack_bundle
 
 JOB = FakeJob(bytes(range(32)))
-
-
-@contextmanager
-def running(service: MarketService) -> Iterator[str]:
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(service), host="127.0.0.1", port=0, log_level="warning", ws="none"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "server did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(20)
-        service.close()
 
 
 def make_service(tmp_path: Path, clock: Clock, **kw: object) -> MarketService:
