@@ -525,6 +525,9 @@ class SecAggFlowerServer(_server_base()):  # type: ignore[misc]
         except SecAggError as e:
             report["error"] = str(e)
             return None
+        finally:
+            report["rejected"].sort(key=lambda x: x["client"])
+            report["dropped"].sort()
         strat.global_weights = new
         return ndarrays_to_parameters(new), {"accepted": len(report["accepted"])}, ([], [])
 
@@ -642,7 +645,7 @@ class SecAggFlowerServer(_server_base()):  # type: ignore[misc]
                 continue
         total = sa.unmask(responses)
         mean = dequantize(total, scale=cfg.scale) / len(u3)
-        report["accepted"] = [names[u] for u in sorted(u3)]
+        report["accepted"] = sorted(names[u] for u in u3)
         new_flat = (base + mean).astype(np.float32)
         out, pos = [], 0
         for w in strat.global_weights:

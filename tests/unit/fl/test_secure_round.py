@@ -13,6 +13,7 @@ from dk.crypto.keys import SigningKey  # noqa: E402
 from dk.fl.client import DkClient  # noqa: E402
 from dk.fl.field import P, dequantize, quantize  # noqa: E402
 from dk.fl.run import data_index  # noqa: E402
+from dk.fl.secagg import Advert, SecAggError  # noqa: E402
 from dk.fl.secure_round import (  # noqa: E402
     RoundVerifier,
     SecAggConfig,
@@ -24,7 +25,6 @@ from dk.fl.secure_round import (  # noqa: E402
     unpack_blobs,
     unpack_indices,
 )
-from dk.fl.secagg import Advert, SecAggError  # noqa: E402
 from dk.fl.strategy import DkStrategy  # noqa: E402
 
 
@@ -87,7 +87,9 @@ def _plain_updates(template, shards, tmp_path, params, r, idx):
         )
         w = c.fit(params, {"round": r})[0]
         out.append(
-            np.concatenate([(a.astype(np.float64) - g).reshape(-1) for a, g in zip(w, params)])
+            np.concatenate(
+                [(a.astype(np.float64) - g).reshape(-1) for a, g in zip(w, params, strict=True)]
+            )
         )
     return out
 
