@@ -447,6 +447,8 @@ class SecAggConfig:
         t = self.threshold if self.threshold is not None else group // 2 + 1
         if not 2 <= t <= group:
             raise ValueError(f"threshold t={t} must be in [2, {group}]")
+        if not (self.scale > 0 and self.clip > 0) or n * (self.clip * self.scale + 1) > P // 2:
+            raise ValueError(f"n·clip·scale must stay below p/2 for n = {n} clients")
         return degree, t
 
 
@@ -545,8 +547,15 @@ class SecAggFlowerServer(_server_base()):  # type: ignore[misc]
         session = os.urandom(32)
         wpath = strat._weights_path(r)
         base = flat(strat.names, dict(zip(strat.names, strat.global_weights, strict=True)))
-        common = {"round": r, "session": session, "n": n, "t": t, "degree": degree or 0}
-        common.update({"scale": cfg.scale, "clip": cfg.clip})
+        common: dict[str, bool | bytes | float | int | str] = {
+            "round": r,
+            "session": session,
+            "n": n,
+            "t": t,
+            "degree": degree or 0,
+            "scale": cfg.scale,
+            "clip": cfg.clip,
+        }
         empty = Parameters(tensors=[], tensor_type="numpy.ndarray")
         names: dict[int, str] = {}
 
@@ -607,12 +616,13 @@ class SecAggFlowerServer(_server_base()):  # type: ignore[misc]
         masked = {}
         for u in sorted(got):
             m = got[u]
+            y = m.get("masked")
             att = self.verifier.attest_masked(
                 session=session,
                 index=u,
                 request=m.get("vreq"),
                 peers=m.get("peers"),
-                y=m.get("masked") if isinstance(m.get("masked"), bytes) else b"",
+                y=y if isinstance(y, bytes) else b"",
                 n=n,
             )
             ok = att is not None and self.trusted.verify(
