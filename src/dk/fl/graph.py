@@ -6,8 +6,9 @@ CCS 2020) replaces the complete graph by a random ``k``-regular one with ``k = O
 client agrees keys, shares secrets and exchanges pair masks with its ``k`` neighbours only, so
 its work and messages are ``O(log n + d)`` instead of ``O(n + d)``.
 
-The graph is the Harary graph ``H(k, n)`` (position ``i`` adjacent to ``i ± 1 … i ± k/2`` mod
-``n``) under a uniformly random relabelling, as in Bell et al. §3; the relabelling is a
+dk instantiates the paper's random sparse graph as the Harary graph ``H(k, n)`` (position ``i``
+adjacent to ``i ± 1 … i ± k/2`` mod ``n``) under a uniformly random relabelling, so every
+neighbourhood has exactly ``k`` members; the relabelling is a
 Fisher–Yates shuffle driven by ChaCha20 keyed with ``SHA-256(TAG_GRAPH || session)``, so every
 party derives the same graph from the round's session bytes.
 """
