@@ -480,25 +480,29 @@ class SecAggFlowerServer(_server_base()):  # type: ignore[misc]
         super().__init__(client_manager=client_manager or SimpleClientManager(), strategy=strategy)
         self.verifier, self.cfg = verifier, config
         self.trusted: VerifyKey = verifier.verify_key
+        self._timeout: float | None = config.timeout
 
     def _exchange(
-        self, r: int, ins: Mapping[int, Any], proxies: Mapping[int, Any]
+        self, r: int, ins: Mapping[int, Any], proxies: Mapping[int, Any], report: dict[str, Any]
     ) -> dict[int, dict[str, Any]]:
+        """One stage: ``FitIns`` to the given clients; their metrics by client index. A client
+        that fails or does not answer is absent (a dropout); failures are counted."""
         from flwr.common import Code
         from flwr.server.server import fit_clients
 
-        results, _ = fit_clients(
+        results, failures = fit_clients(
             client_instructions=[(proxies[u], ins[u]) for u in sorted(ins)],
             max_workers=self.max_workers,
-            timeout=self.cfg.timeout,
+            timeout=self._timeout,
             group_id=r,
         )
+        report["failures"] += len(failures)
         by_proxy = {id(p): u for u, p in proxies.items()}
         out: dict[int, dict[str, Any]] = {}
         for proxy, res in results:
             u = by_proxy.get(id(proxy))
             if u is not None and res.status.code == Code.OK:
-                out[u] = {**dict(res.metrics), "_num_examples": res.num_examples}
+                out[u] = dict(res.metrics)
         return out
 
     def fit_round(self, server_round: int, timeout: float | None) -> Any:
@@ -520,8 +524,12 @@ class SecAggFlowerServer(_server_base()):  # type: ignore[misc]
             "aggregator": "secagg+" if self.cfg.plus else "secagg",
         }
         strat.reports.append(report)
+        self._timeout = self.cfg.timeout if self.cfg.timeout is not None else timeout
         try:
-            degree, t = self.cfg.shape(n)
+            try:
+                degree, t = self.cfg.shape(n)
+            except ValueError as e:  # fewer clients sampled than the settings need
+                raise SecAggError(f"secure aggregation: {e}") from None
             report["secagg"] = {"n": n, "t": t, "degree": degree if degree is not None else n - 1}
             new = self._secure_round(server_round, proxies, degree, t, report)
         except SecAggError as e:
@@ -563,7 +571,9 @@ class SecAggFlowerServer(_server_base()):  # type: ignore[misc]
             return FitIns(params, {**common, "stage": stage, "index": u, **extra})
 
         # Stage 0: train, prove, advertise; the verifier admits.
-        got = self._exchange(r, {u: ins(u, "advertise", self.parameters) for u in proxies}, proxies)
+        got = self._exchange(
+            r, {u: ins(u, "advertise", self.parameters) for u in proxies}, proxies, report
+        )
         adverts: dict[int, Advert] = {}
         commits: dict[int, bytes] = {}
         for u in sorted(got):
@@ -601,7 +611,9 @@ class SecAggFlowerServer(_server_base()):  # type: ignore[misc]
         keys = sa.collect_adverts(adverts)
         key_list = pack_adverts(keys)
         # Stage 1: share keys.
-        got = self._exchange(r, {u: ins(u, "share", adverts=key_list) for u in keys}, proxies)
+        got = self._exchange(
+            r, {u: ins(u, "share", adverts=key_list) for u in keys}, proxies, report
+        )
         outboxes = {}
         for u, m in got.items():
             try:
@@ -611,7 +623,7 @@ class SecAggFlowerServer(_server_base()):  # type: ignore[misc]
         inbox = sa.route_shares(outboxes)
         # Stage 2: masked inputs, each attested by the client's verifier.
         got = self._exchange(
-            r, {u: ins(u, "mask", inbox=pack_blobs(inbox[u])) for u in inbox}, proxies
+            r, {u: ins(u, "mask", inbox=pack_blobs(inbox[u])) for u in inbox}, proxies, report
         )
         masked = {}
         for u in sorted(got):
@@ -643,7 +655,7 @@ class SecAggFlowerServer(_server_base()):  # type: ignore[misc]
         u3, dropped = sa.collect_masked(masked)
         # Stage 3: unmask.
         sets = {"survivors": pack_indices(u3), "dropped": pack_indices(dropped)}
-        got = self._exchange(r, {u: ins(u, "unmask", **sets) for u in u3}, proxies)
+        got = self._exchange(r, {u: ins(u, "unmask", **sets) for u in u3}, proxies, report)
         responses = {}
         for u, m in got.items():
             try:

@@ -113,7 +113,7 @@ def test_secure_round_sums_only_verified_updates(template, shards, tmp_path, plu
     assert [(x["client"], x["codes"]) for x in rep["rejected"]] == (
         [] if plus else [("c1", ["MASKED_INPUT_MISMATCH"])]
     )
-    assert rep["dropped"] == ["c3"]
+    assert rep["dropped"] == ["c3"] and rep["failures"] == 1
     ups = _plain_updates(template, shards, tmp_path, g0, 1, honest)
     total = np.zeros(ups[0].size, dtype=np.uint64)
     for u in ups:
@@ -122,8 +122,6 @@ def test_secure_round_sums_only_verified_updates(template, shards, tmp_path, plu
     want = (want + dequantize(total, scale=cfg.scale) / len(honest)).astype(np.float32)
     got = np.concatenate([w.reshape(-1) for w in parameters_to_ndarrays(res[0])])
     np.testing.assert_array_equal(got, want)
-    # The coordinator's round state never held a client's weights: only masked field vectors.
-    assert all(w.dtype == np.float32 for w in strategy.global_weights)
 
 
 @pytest.mark.slow
