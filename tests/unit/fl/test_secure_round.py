@@ -151,3 +151,15 @@ def test_messages_round_trip_and_refuse_garbage():
         unpack_indices(b"\0\0\0\2\0\0\0\2\0\0\0\1", 4)
     with pytest.raises(SecAggError):  # an oversized entry
         unpack_blobs(pack_blobs({0: b"x" * 1000}), 4)
+
+
+@pytest.mark.slow
+def test_admission_from_an_untrusted_verifier_is_refused(template, shards, tmp_path):
+    server, strategy, _ = _setup(
+        template, shards, tmp_path, ["honest", "honest"], SecAggConfig(threshold=2)
+    )
+    server.trusted = SigningKey(b"\x0a" * 32).verify_key  # not the key the verifier signs with
+    assert server.fit_round(1, None) is None
+    rep = strategy.reports[-1]
+    assert [x["codes"] for x in rep["rejected"]] == [["ADMISSION_INVALID"]] * 2
+    assert rep["error"].endswith("needed")
