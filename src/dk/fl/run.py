@@ -11,7 +11,7 @@ shards (``.npz``, seeded by the job's seed); each client gets a fresh Ed25519 ke
 In both the coordinator verifies with its own copies of the shards (in a deployment: a party
 each client lets see its data). With ``secagg`` (SPEC §VII.2) each round is a secure
 aggregation (SecAgg, or SecAgg+ on a sparse graph) run by
-:class:`dk.fl.secure_round.SecAggFlowerServer`, with a :class:`~dk.fl.secure_round.RoundVerifier`
+:class:`dk.fl.secure_server.SecAggFlowerServer`, with a :class:`~dk.fl.secure_round.RoundVerifier`
 holding the shard copies in the coordinator's process. The result holds every round's report
 and the final accuracy on the full dataset.
 """
@@ -249,7 +249,8 @@ def secure_server(
     if secagg is None:
         return {"strategy": strategy}
     from dk.crypto.keys import SigningKey
-    from dk.fl.secure_round import RoundVerifier, SecAggFlowerServer
+    from dk.fl.secure_round import RoundVerifier
+    from dk.fl.secure_server import SecAggFlowerServer
 
     verifier = RoundVerifier(
         template, key=SigningKey(os.urandom(32)), data_for=data.get, samples=samples

@@ -17,7 +17,6 @@ from dk.fl.secagg import Advert, SecAggError  # noqa: E402
 from dk.fl.secure_round import (  # noqa: E402
     RoundVerifier,
     SecAggConfig,
-    SecAggFlowerServer,
     pack_adverts,
     pack_blobs,
     pack_indices,
@@ -25,6 +24,7 @@ from dk.fl.secure_round import (  # noqa: E402
     unpack_blobs,
     unpack_indices,
 )
+from dk.fl.secure_server import SecAggFlowerServer  # noqa: E402
 from dk.fl.strategy import DkStrategy  # noqa: E402
 
 
