@@ -9,12 +9,10 @@ worker never reads a bundle file and there is no cache shared between jobs or da
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
 import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -63,8 +61,8 @@ def _task(
     return held[i], held.get(i + 1), cks[i + 1].root, ivs[i].start_step, ivs[i].end_step
 
 
-class _HideScipy(importlib.abc.MetaPathFinder):
-    """An import finder under which ``scipy`` is not installed."""
+class _HideScipy:
+    """An import finder (``sys.meta_path``) under which ``scipy`` is not installed."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
@@ -109,6 +107,7 @@ def _replay_parallel(
 ) -> tuple[dict[int, tuple[bool, dict[str, Any]]], float, int]:
     """Replay the challenged intervals over ``workers`` spawned processes."""
     import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor  # lazy: 0.1 s of imports
 
     cks, ivs = man.checkpoint_entries, man.interval_entries
     results: dict[int, tuple[bool, dict[str, Any]]] = {}
