@@ -82,11 +82,12 @@ def _kernels_without_scipy(job: JobSpec) -> Iterator[None]:
     ``arraymath`` imports SciPy's BLAS bindings only to allow ``np.dot`` and ``np.linalg`` in
     kernels. dk's kernels use neither (SPEC II §3: every reduction in a fixed order, no BLAS),
     so an exact replay on them (registry models only: no consumer code runs) hides SciPy while
-    they load. Nothing changes where SciPy or those registries are already loaded.
+    they load (Numba's own import may have loaded the light top-level ``scipy`` already).
+    Nothing changes where ``scipy.linalg`` or those registries are already loaded.
     """
     from dk.pol.kernel_adapter import uses_kernels
 
-    if not uses_kernels(job) or "scipy" in sys.modules or "numba.np.arraymath" in sys.modules:
+    if not uses_kernels(job) or {"scipy.linalg", "numba.np.arraymath"} & sys.modules.keys():
         yield
         return
     hide = _HideScipy()
