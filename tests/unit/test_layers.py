@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "dk"
-LEAF = {"errors"}
+LEAF = {"errors", "reasons"}
 ALLOWED: dict[str, set[str]] = {
     "crypto": set(),
     "compress": set(),

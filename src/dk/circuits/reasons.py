@@ -3,34 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from dk.errors import DkError
-
-
-class ZkReason(StrEnum):
-    """Why a zk proof (or a chain of them) was rejected, or a flag on an accepted one."""
-
-    OK = "OK"
-    #: The proof record is malformed (fields, sizes, encodings).
-    ZK_MALFORMED = "ZK_MALFORMED"
-    #: The proof is for another circuit (model, loss, lr, batch size or settings).
-    ZK_CIRCUIT_MISMATCH = "ZK_CIRCUIT_MISMATCH"
-    #: The proof was made with another SRS than the one the verifier pinned.
-    ZK_SRS_MISMATCH = "ZK_SRS_MISMATCH"
-    #: The proof's claimed statement is not the committed step (other weights, batch or step).
-    ZK_STEP_MISMATCH = "ZK_STEP_MISMATCH"
-    #: The public instances do not encode the statement the proof claims.
-    ZK_INSTANCE_MISMATCH = "ZK_INSTANCE_MISMATCH"
-    #: Public outputs are farther from the float step on the public inputs than the bound.
-    ZK_OUTPUT_BOUND = "ZK_OUTPUT_BOUND"
-    #: The SNARK does not verify against the verifier's own verifying key.
-    ZK_PROOF_INVALID = "ZK_PROOF_INVALID"
-    #: Consecutive step proofs do not link (output digest of one != input digest of next).
-    ZK_CHAIN_BROKEN = "ZK_CHAIN_BROKEN"
-    #: Flag: proven with a locally generated SRS (whoever made it can forge proofs).
-    ZK_INSECURE_SRS = "ZK_INSECURE_SRS"
-
+from dk.reasons import ZkReason as ZkReason  # the one vocabulary (dk.reasons)
 
 #: The report flag string for proofs made with a local SRS.
 INSECURE_SRS_FLAG = "insecure-srs"

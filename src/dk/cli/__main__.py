@@ -1,6 +1,6 @@
 """``python -m dk.cli``: the ``dk`` command."""
 
-from dk.cli.app import main
+from dk.cli.app import console_main
 
 if __name__ == "__main__":
-    main()
+    console_main()

@@ -115,8 +115,48 @@ def cli(ctx: click.Context) -> None:
     ctx.obj = App()
 
 
+#: Commands whose process may end without interpreter teardown (see :func:`console_main`).
+_QUICK_EXIT = frozenset({"verify"})
+
+
+def _leave_now(code: int) -> None:
+    """End the process at once when nothing is left for the interpreter's teardown to do.
+
+    Teardown frees every module (Numba's and LLVM's hold hundreds of thousands of objects):
+    about 0.35 s of CPU after ``dk verify`` has printed its report. It is skipped only when no
+    other thread runs (no Ray client, no pool still shutting down) and no child process is
+    alive; stdout and stderr are flushed first, and logging handlers closed.
+    """
+    import threading
+
+    mp = sys.modules.get("multiprocessing")
+    if threading.active_count() > 1 or (mp is not None and mp.active_children()):
+        return
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return  # let the normal exit report it
+    os._exit(code)
+
+
+def console_main() -> None:
+    """The ``dk`` command (console script and ``python -m dk.cli``): :func:`main`, then, for
+    the commands in ``_QUICK_EXIT``, an exit without interpreter teardown."""
+    try:
+        main()
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if len(sys.argv) > 1 and sys.argv[1] in _QUICK_EXIT and not isinstance(e.code, str):
+            _leave_now(code)
+        raise
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: maps exceptions to exit codes."""
+    """Entry point for in-process callers: maps exceptions to exit codes (always raises
+    ``SystemExit``)."""
     try:
         cli.main(args=argv, prog_name="dk", standalone_mode=False)
     except click.exceptions.Abort:

@@ -24,6 +24,7 @@ from enum import IntEnum
 import numpy as np
 
 from dk.errors import FormatError
+from dk.reasons import WireReason as Reason  # the one vocabulary (dk.reasons)
 
 MAGIC = b"DKGC"
 VERSION = 1
@@ -44,30 +45,6 @@ class CodecId(IntEnum):
     INT8 = 2
     INT4 = 3
     QSGD = 4
-
-
-class Reason:
-    """Reason codes carried by :class:`FormatError` (spec §4.3)."""
-
-    TRUNCATED = "TRUNCATED"
-    BAD_MAGIC = "BAD_MAGIC"
-    BAD_VERSION = "BAD_VERSION"
-    UNKNOWN_CODEC = "UNKNOWN_CODEC"
-    BAD_DTYPE = "BAD_DTYPE"
-    NDIM_LIMIT = "NDIM_LIMIT"
-    ELEMENT_LIMIT = "ELEMENT_LIMIT"
-    PAYLOAD_LIMIT = "PAYLOAD_LIMIT"
-    LENGTH_MISMATCH = "LENGTH_MISMATCH"
-    PAYLOAD_LENGTH = "PAYLOAD_LENGTH"
-    BAD_BLOCK = "BAD_BLOCK"
-    BAD_LEVELS = "BAD_LEVELS"
-    K_RANGE = "K_RANGE"
-    INDEX_ORDER = "INDEX_ORDER"
-    INDEX_RANGE = "INDEX_RANGE"
-    NON_FINITE = "NON_FINITE"
-    BAD_SCALE = "BAD_SCALE"
-    CODE_RANGE = "CODE_RANGE"
-    NONCANONICAL = "NONCANONICAL"
 
 
 @dataclass(eq=False)

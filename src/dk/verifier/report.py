@@ -3,84 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 from dk.crypto.canonical_json import canonical_json
 from dk.crypto.hashing import TAG_REPORT, tagged_hash
 from dk.errors import VerificationFailed
-
-
-class Reason(str, Enum):
-    """Why a bundle was not accepted. Codes are stable API: never renamed or reused.
-
-    Each code belongs to one outcome (SPEC §14.1): :data:`VERIFIER_SIDE` codes make a report
-    ``inconclusive`` (the verifier could not decide), every other code makes it ``reject``
-    (the worker's evidence is wrong).
-    """
-
-    BUNDLE_NOT_FOUND = "BUNDLE_NOT_FOUND"
-    JOB_MALFORMED = "JOB_MALFORMED"
-    MANIFEST_MISSING = "MANIFEST_MISSING"
-    MANIFEST_TOO_LARGE = "MANIFEST_TOO_LARGE"
-    MANIFEST_MALFORMED = "MANIFEST_MALFORMED"
-    UNSUPPORTED_VERSION = "UNSUPPORTED_VERSION"
-    SIGNATURE_MISSING = "SIGNATURE_MISSING"
-    SIGNATURE_INVALID = "SIGNATURE_INVALID"
-    TRANSCRIPT_ROOT_MISMATCH = "TRANSCRIPT_ROOT_MISMATCH"
-    TRANSCRIPT_MALFORMED = "TRANSCRIPT_MALFORMED"
-    JOB_MISMATCH = "JOB_MISMATCH"
-    WORKER_MISMATCH = "WORKER_MISMATCH"
-    DATA_MISMATCH = "DATA_MISMATCH"
-    INIT_MISMATCH = "INIT_MISMATCH"
-    BAD_PATH = "BAD_PATH"
-    BLOB_MISSING = "BLOB_MISSING"
-    BLOB_TOO_LARGE = "BLOB_TOO_LARGE"
-    BLOB_MALFORMED = "BLOB_MALFORMED"
-    COMMITMENT_MISMATCH = "COMMITMENT_MISMATCH"
-    SHAPE_MISMATCH = "SHAPE_MISMATCH"
-    TENSOR_INVALID = "TENSOR_INVALID"
-    STEP_MISMATCH = "STEP_MISMATCH"
-    HPARAM_MISMATCH = "HPARAM_MISMATCH"
-    BATCH_MISMATCH = "BATCH_MISMATCH"
-    METADATA_MISMATCH = "METADATA_MISMATCH"
-    REPLAY_MISMATCH = "REPLAY_MISMATCH"
-    ZK_PROOF_MISSING = "ZK_PROOF_MISSING"
-    ZK_PROOF_INVALID = "ZK_PROOF_INVALID"
-    ZK_INSTANCE_MISMATCH = "ZK_INSTANCE_MISMATCH"
-    ZK_CIRCUIT_MISMATCH = "ZK_CIRCUIT_MISMATCH"
-    ZK_STEP_MISMATCH = "ZK_STEP_MISMATCH"
-    ZK_CHAIN_BROKEN = "ZK_CHAIN_BROKEN"
-    ZK_MALFORMED = "ZK_MALFORMED"
-    ZK_SRS_MISMATCH = "ZK_SRS_MISMATCH"
-    ZK_OUTPUT_BOUND = "ZK_OUTPUT_BOUND"
-    BACKEND_UNAVAILABLE = "BACKEND_UNAVAILABLE"
-    INTERNAL_ERROR = "INTERNAL_ERROR"
-    ROOT_NOT_CHALLENGED = "ROOT_NOT_CHALLENGED"
-    DATA_UNAVAILABLE = "DATA_UNAVAILABLE"
-    DECODER_MISMATCH = "DECODER_MISMATCH"
-    ZK_SRS_UNAVAILABLE = "ZK_SRS_UNAVAILABLE"
-    MODE_UNSUPPORTED = "MODE_UNSUPPORTED"
-    EXECUTOR_FAILED = "EXECUTOR_FAILED"
-    INIT_UNAVAILABLE = "INIT_UNAVAILABLE"
-
-
-#: Codes that say the *verifier* could not decide (SPEC §14.1): its own input, data, backend,
-#: SRS or machine fell short. A report with only these is ``inconclusive``; it never slashes.
-VERIFIER_SIDE: frozenset[Reason] = frozenset(
-    {
-        Reason.BUNDLE_NOT_FOUND,
-        Reason.JOB_MALFORMED,
-        Reason.DATA_UNAVAILABLE,
-        Reason.DECODER_MISMATCH,
-        Reason.BACKEND_UNAVAILABLE,
-        Reason.ZK_SRS_UNAVAILABLE,
-        Reason.MODE_UNSUPPORTED,
-        Reason.EXECUTOR_FAILED,
-        Reason.INIT_UNAVAILABLE,
-        Reason.INTERNAL_ERROR,
-    }
-)
+from dk.reasons import VERIFIER_SIDE as VERIFIER_SIDE
+from dk.reasons import Reason as Reason
 
 ACCEPT, REJECT, INCONCLUSIVE = "accept", "reject", "inconclusive"
 

@@ -165,3 +165,21 @@ def test_a_job_that_does_not_fit_its_data(
     f.m["job_id"] = bad.job_id.hex()
     r = verify_bundle(f.commit(WORKER), bad, beacon=BEACON)
     assert r.codes == ["JOB_MALFORMED"] and match in r.reasons[0].message
+
+
+def test_challenged_integrity_checks_the_challenged_batch_commitments(
+    honest: tuple[Any, Path], tmp_path: Path
+) -> None:
+    """SPEC §12.2: ``challenged`` recomputes the batch commitments of the challenged intervals
+    only (a replay never reads them); ``all`` recomputes every one."""
+    job, bundle = honest
+    f = Forgery(bundle, tmp_path / "b")
+    f.m["intervals"][1]["batch_commitment"] = f.m["intervals"][2]["batch_commitment"]
+    forged = f.commit(WORKER)
+    lazy = verify_bundle(forged, job, beacon=BEACON, samples=0, topq=0)
+    assert lazy.ok and lazy.figures["batches_checked"] == 0, lazy.to_dict()
+    full = verify_bundle(forged, job, beacon=BEACON, samples=0, topq=0, integrity="all")
+    assert full.codes == ["BATCH_MISMATCH"] and full.figures["batches_checked"] == 4
+    touched = verify_bundle(forged, job, beacon=BEACON, samples=1000)
+    assert touched.codes == ["BATCH_MISMATCH"] and touched.figures["batches_checked"] == 4
+    assert touched.reasons[0].interval == 1 and touched.challenged == []  # SPEC §12.2 step 11
