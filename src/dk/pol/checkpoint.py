@@ -225,7 +225,7 @@ def encode_blob(tensors: Mapping[str, np.ndarray]) -> bytes:
                 _LAYOUTS.clear()
             _LAYOUTS[key] = layout
     return b"".join(
-        [layout.prefix, *(memoryview(arrays[k].reshape(-1)).cast("B") for k in layout.order)]
+        [layout.prefix, *(arrays[k].reshape(-1).view(np.uint8).data for k in layout.order)]
     )
 
 
