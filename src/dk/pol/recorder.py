@@ -58,6 +58,7 @@ LR_RTOL = 1e-6  # a user's scheduler may round differently; dk then sets its own
 GRAD_RTOL = 1e-3  # user's vs kernel gradients (float32 torch vs fixed-order kernels)
 SCHEDULE_DRY_RUN = 100_000  # steps of a user's scheduler checked at attach
 PROGRESS_PERIOD_S = 0.1  # a progress bar redraws per call: not once per (fast) step
+_CAT_NUMEL = 65536  # weights up to this size are concatenated for the finiteness check
 
 
 class TrainingDiverged(DkError, FloatingPointError):
@@ -109,9 +110,7 @@ def _recorded_optimizer_type() -> type:
             if rec.dp is not None and rec._model is not None:  # DP-SGD: SPEC Part VII §4
                 rec.dp_grads_()
             if rec._model is not None:
-                from dk.pol.torch_adapter import clip_gradients
-
-                clip_gradients(rec.job, rec._model.parameters())
+                rec._clip_gradients()
             out = self._inner.step(closure)
             rec._check_finite()
             rec._on_step()
@@ -382,6 +381,9 @@ class Recorder:
                     f"loader dataset has {len(ds)} samples, the job's has {len(self.dataset)}"
                 )
         self._model, self._opt = model, optimizer
+        # Walked once: model.parameters() costs a module-tree walk per call, twice a step.
+        self._params = [p for _, p in model.named_parameters()]
+        self._param_names = [n for n, _ in model.named_parameters()]
         self._hook = model.register_forward_pre_hook(self._on_forward)
         if self.job.train.get("precision", "fp32") != "fp32":
             self._post_hook = model.register_forward_hook(self._after_forward)
@@ -464,12 +466,39 @@ class Recorder:
                 )
             g["lr"] = want  # the replay's exact value
 
+    def _clip_gradients(self) -> None:
+        """The job's clipping (``torch_adapter.clip_gradients``: ``clip_grad_norm_`` with
+        ``foreach=False``), bit for bit, with the multiplication left out when the clamped
+        coefficient is exactly 1 (then it is the identity): the common case costs the norm."""
+        clip = float(self.job.train.get("clip_norm", 0.0))
+        if clip <= 0.0:
+            return
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if not grads:
+            return
+        utils = torch.nn.utils
+        total = utils.get_total_norm(grads, 2.0, False, foreach=False)
+        if not bool(torch.clamp(clip / (total + 1e-6), max=1.0) == 1.0):  # NaN multiplies too
+            utils.clip_grads_with_norm_(self._params, clip, total, foreach=False)
+
     def _check_finite(self) -> None:
-        """Stop at the first update that made a weight NaN or infinite."""
-        assert self._model is not None
-        sums = [p.detach().sum() for p in self._model.parameters()]
-        if sums and not bool(torch.isfinite(torch.stack(sums).float()).all()):
-            bad = [n for n, p in self._model.named_parameters() if not torch.isfinite(p).all()]
+        """Stop at the first update that made a weight NaN or infinite.
+
+        One reduction over all weights (small tensors concatenated, large ones summed): a NaN
+        or infinity anywhere makes it non-finite. Only then is each tensor looked at (a sum
+        that overflowed on finite weights is not a divergence).
+        """
+        small = [p.detach().reshape(-1) for p in self._params if p.numel() <= _CAT_NUMEL]
+        big = [p.detach().sum().reshape(1) for p in self._params if p.numel() > _CAT_NUMEL]
+        parts = small + big
+        if not parts or bool(torch.isfinite(torch.cat(parts).float().sum())):
+            return
+        bad = [
+            n
+            for n, p in zip(self._param_names, self._params, strict=True)
+            if not bool(torch.isfinite(p.detach()).all())
+        ]
+        if bad:
             raise TrainingDiverged(
                 f"step {self.step}: the update made {bad[:3]} NaN or infinite; recording "
                 f"stopped (the run directory holds checkpoints up to step "
