@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,7 +21,10 @@ def _params(seed: int, scale: float) -> list[torch.nn.Parameter]:
     shapes = [(7,), (3, 5), (300, 300), (1,), (2, 3, 4)]
     ps = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
     for p in ps:
-        p.grad = torch.randn(p.shape, generator=g) * scale
+        p.grad = torch.randn(p.shape, generator=g) * (1.0 if math.isnan(scale) else scale)
+    if math.isnan(scale):  # one NaN: the total norm is NaN, the other gradients finite
+        assert ps[1].grad is not None
+        ps[1].grad[1, 2] = scale
     return ps
 
 
