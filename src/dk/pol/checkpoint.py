@@ -174,10 +174,17 @@ class _BlobLayout:
     and the same data offsets: only the tensor bytes change. The layout is learnt once from
     the library's own encoding of the first checkpoint (its header, parsed) and then reused:
     ``header || tensor bytes at the library's offsets`` is byte for byte what safetensors
-    writes (tests/unit/pol/test_blob_writer.py checks it on random schemas).
+    writes (tests/unit/pol/test_blob_writer.py checks it on random schemas). A layout that is
+    not plain concatenation (another safetensors release might pad) is not reused:
+    ``order`` is then None and every blob of that schema is the library's own encoding.
     """
 
-    def __init__(self, tensors: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, prefix: bytes, order: list[str] | None) -> None:
+        self.prefix, self.order = prefix, order
+
+    @classmethod
+    def learn(cls, tensors: Mapping[str, np.ndarray]) -> tuple[_BlobLayout, bytes]:
+        """The layout of ``tensors``' schema, and their safetensors bytes."""
         import json
 
         from safetensors.numpy import save
@@ -190,12 +197,10 @@ class _BlobLayout:
         pos = 0
         for begin, end, name in spans:  # contiguous, each exactly the tensor's bytes
             if begin != pos or end - begin != tensors[name].nbytes:
-                raise AssertionError(f"unexpected safetensors layout at {name!r}")
+                break
             pos = end
-        if 8 + n + pos != len(first):
-            raise AssertionError("unexpected safetensors file length")
-        self.prefix = first[: 8 + n]
-        self.order = [name for _, _, name in spans]
+        plain = pos == sum(t.nbytes for t in tensors.values()) and 8 + n + pos == len(first)
+        return cls(first[: 8 + n], [name for _, _, name in spans] if plain else None), first
 
 
 _LAYOUTS: dict[tuple[tuple[str, np.dtype, tuple[int, ...]], ...], _BlobLayout] = {}
@@ -219,11 +224,16 @@ def encode_blob(tensors: Mapping[str, np.ndarray]) -> bytes:
     key = tuple(sorted((k, v.dtype, v.shape) for k, v in arrays.items()))
     layout = _LAYOUTS.get(key)
     if layout is None:
-        layout = _BlobLayout(arrays)
+        layout, first = _BlobLayout.learn(arrays)
         with _LAYOUTS_LOCK:
             if len(_LAYOUTS) >= 64:  # bounded: a run has one schema (two with step 0)
                 _LAYOUTS.clear()
             _LAYOUTS[key] = layout
+        return first
+    if layout.order is None:
+        from safetensors.numpy import save
+
+        return save(arrays)
     return b"".join(
         [layout.prefix, *(arrays[k].reshape(-1).view(np.uint8).data for k in layout.order)]
     )

@@ -124,3 +124,34 @@ def test_sync_files_falls_back_to_fsync_per_file(
     sync_files([path])
     assert synced == []  # one syncfs covered it
     sync_files([])
+
+
+def test_a_layout_that_is_not_plain_concatenation_is_not_reused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Were safetensors to pad between tensors, every blob would be the library's own bytes."""
+    import json
+
+    import safetensors.numpy
+
+    real = safetensors.numpy.save
+
+    def padded(tensors: dict[str, np.ndarray]) -> bytes:  # 8 zero bytes after the first tensor
+        raw = real(tensors)
+        n = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8 : 8 + n])
+        first = min(header.values(), key=lambda v: v["data_offsets"][0])["data_offsets"][1]
+        for v in header.values():
+            if v["data_offsets"][0] >= first:
+                v["data_offsets"] = [o + 8 for o in v["data_offsets"]]
+        h = json.dumps(header, separators=(",", ":")).encode()
+        h += b" " * (-len(h) % 8)
+        data = raw[8 + n :]
+        return len(h).to_bytes(8, "little") + h + data[:first] + bytes(8) + data[first:]
+
+    monkeypatch.setattr(safetensors.numpy, "save", padded)
+    t = {"model/a": np.arange(3, dtype=np.float32), "model/b": np.arange(5, dtype=np.float64)}
+    for _ in range(2):
+        t = {"padded/" + k: v + 1 for k, v in t.items()}  # a schema not seen before, then seen
+        assert checkpoint.encode_blob(t) == padded(t)
+        assert checkpoint.encode_blob(t) == padded(t)
