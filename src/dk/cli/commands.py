@@ -5,6 +5,7 @@ Each command parses options, calls the library once, renders, and exits (see ``d
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -250,31 +251,33 @@ def _zk_init_extra() -> Any:
 @click.pass_obj
 def train(app: App, job_file: str, out: str, as_json: bool) -> None:
     """Train JOB_FILE's model, recording a PoL transcript into the run directory OUT."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
     from dk.pol.job import load_job
     from dk.prover import train as train_job
 
     spec = load_job(job_file)
     if (Path(out) / "run.json").exists():
         app.abort(f"{out} already holds a run", ExitCode.USAGE)
-    with Progress(
-        TextColumn("training"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=app.err,
-        transient=True,
-        disable=as_json or not app.err.is_terminal,
-    ) as bar:
-        task = bar.add_task("train", total=spec.steps)
-        info = train_job(spec, out, progress=lambda step: bar.update(task, completed=step))
+    if as_json or not sys.stderr.isatty():  # no bar to draw: rich is not even imported
+        info = train_job(spec, out)
+    else:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        with Progress(
+            TextColumn("training"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=app.err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task("train", total=spec.steps)
+            info = train_job(spec, out, progress=lambda step: bar.update(task, completed=step))
     if as_json:
         app.emit_json(
             {
@@ -285,9 +288,8 @@ def train(app: App, job_file: str, out: str, as_json: bool) -> None:
             }
         )
     else:
-        app.print(
-            f"trained {info.steps} steps, {len(info.checkpoints)} checkpoints committed in {out}",
-            markup=False,
+        click.echo(
+            f"trained {info.steps} steps, {len(info.checkpoints)} checkpoints committed in {out}"
         )
 
 

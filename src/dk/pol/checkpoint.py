@@ -162,6 +162,83 @@ def blob_name(root: bytes) -> str:
     return f"blobs/{root.hex()}.safetensors"
 
 
+# Blobs up to this size are encoded in memory and written with one system call; larger ones
+# are streamed to the file by safetensors (no in-memory copy of a multi-GB blob).
+SMALL_BLOB_BYTES = 16 * 1024 * 1024
+
+
+class _BlobLayout:
+    """Where safetensors puts each tensor of one schema (names, dtypes, shapes).
+
+    Every checkpoint of a run has the same schema, so its safetensors file has the same header
+    and the same data offsets: only the tensor bytes change. The layout is learnt once from
+    the library's own encoding of the first checkpoint (its header, parsed) and then reused:
+    ``header || tensor bytes at the library's offsets`` is byte for byte what safetensors
+    writes (tests/unit/pol/test_blob_writer.py checks it on random schemas). A layout that is
+    not plain concatenation (another safetensors release might pad) is not reused:
+    ``order`` is then None and every blob of that schema is the library's own encoding.
+    """
+
+    def __init__(self, prefix: bytes, order: list[str] | None) -> None:
+        self.prefix, self.order = prefix, order
+
+    @classmethod
+    def learn(cls, tensors: Mapping[str, np.ndarray]) -> tuple[_BlobLayout, bytes]:
+        """The layout of ``tensors``' schema, and their safetensors bytes."""
+        import json
+
+        from safetensors.numpy import save
+
+        first = save(dict(tensors))
+        n = int.from_bytes(first[:8], "little")
+        header = json.loads(first[8 : 8 + n])
+        header.pop("__metadata__", None)
+        spans = sorted((v["data_offsets"][0], v["data_offsets"][1], k) for k, v in header.items())
+        pos = 0
+        for begin, end, name in spans:  # contiguous, each exactly the tensor's bytes
+            if begin != pos or end - begin != tensors[name].nbytes:
+                break
+            pos = end
+        plain = pos == sum(t.nbytes for t in tensors.values()) and 8 + n + pos == len(first)
+        return cls(first[: 8 + n], [name for _, _, name in spans] if plain else None), first
+
+
+_LAYOUTS: dict[tuple[tuple[str, np.dtype, tuple[int, ...]], ...], _BlobLayout] = {}
+_LAYOUTS_LOCK = threading.Lock()
+
+
+_LE = sys.byteorder == "little"
+
+
+def _le_contiguous(v: np.ndarray) -> np.ndarray:
+    """``v`` itself when it is C-contiguous little-endian, else such a copy (0-d stays 0-d)."""
+    if v.flags.c_contiguous and (v.dtype.byteorder in "<|" or (v.dtype.byteorder == "=" and _LE)):
+        return v
+    return np.ascontiguousarray(v, dtype=v.dtype.newbyteorder("<")).reshape(v.shape)
+
+
+def encode_blob(tensors: Mapping[str, np.ndarray]) -> bytes:
+    """The safetensors bytes of a checkpoint (SPEC §10.3), exactly as ``safetensors`` writes
+    them, without its per-tensor Python overhead once the schema has been seen."""
+    arrays = {k: _le_contiguous(np.asarray(v)) for k, v in tensors.items()}
+    key = tuple(sorted((k, v.dtype, v.shape) for k, v in arrays.items()))
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        layout, first = _BlobLayout.learn(arrays)
+        with _LAYOUTS_LOCK:
+            if len(_LAYOUTS) >= 64:  # bounded: a run has one schema (two with step 0)
+                _LAYOUTS.clear()
+            _LAYOUTS[key] = layout
+        return first
+    if layout.order is None:
+        from safetensors.numpy import save
+
+        return save(arrays)
+    return b"".join(
+        [layout.prefix, *(arrays[k].reshape(-1).view(np.uint8).data for k in layout.order)]
+    )
+
+
 def write_blob(
     directory: Path,
     tensors: Mapping[str, np.ndarray],
@@ -171,35 +248,54 @@ def write_blob(
 ) -> tuple[bytes, Path, int]:
     """Write a checkpoint blob atomically; returns (root, path, size). Idempotent.
 
-    The bytes go straight from the arrays to a temporary file (safetensors writes them; no
-    in-memory copy of the blob), which is then renamed to ``blobs/<root>.safetensors``. With
+    The bytes go to a temporary file, which is then renamed to ``blobs/<root>.safetensors``:
+    a blob either exists whole under its name or not at all. A blob up to
+    ``SMALL_BLOB_BYTES`` is encoded in memory (:func:`encode_blob`) and written with one
+    system call; a larger one is streamed by safetensors (no in-memory copy). With
     ``durable=False`` the file is not fsynced: the caller makes it durable later with
     :func:`sync_files` (the Recorder does so once, when the run completes, instead of paying
     one fsync per checkpoint).
     """
-    from safetensors.numpy import save_file
-
     root = root if root is not None else checkpoint_root(tensors)
     path = directory / blob_name(root)
     try:
         return root, path, os.stat(path).st_size
     except FileNotFoundError:
         pass
-    arrays = {k: np.ascontiguousarray(v).reshape(np.shape(v)) for k, v in tensors.items()}
+    small = sum(np.asarray(v).nbytes for v in tensors.values()) <= SMALL_BLOB_BYTES
+    data = encode_blob(tensors) if small else None
     # A name of this process and thread: no other writer of the same blob can collide with it.
     tmp = path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{path.name}")
     if not path.parent.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        save_file(arrays, tmp)
+        if data is not None:
+            _write_file(tmp, data)
+            size = len(data)
+        else:
+            from safetensors.numpy import save_file
+
+            arrays = {k: _le_contiguous(np.asarray(v)) for k, v in tensors.items()}
+            save_file(arrays, tmp)
+            size = os.stat(tmp).st_size
         if durable:
             _fsync_path(tmp)
-        size = os.stat(tmp).st_size
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     return root, path, size
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (created or truncated)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def sync_files(paths: list[Path]) -> None:

@@ -10,8 +10,8 @@
 ``attach`` checks that the model, optimizer and loader are the job's, and returns the model,
 the optimizer wrapped so that each ``step()`` is counted, and a loader that yields the job's
 batches in the job's order. Every ``k`` steps a snapshot is taken; hashing and writing happen
-on a background thread so training is not held up; blobs are not fsynced one by one, the
-run is made durable once, before ``run.json`` marks it complete.
+on a background thread (:mod:`dk.pol.writer`) so training is not held up; blobs are not
+fsynced one by one, the run is made durable once, before ``run.json`` marks it complete.
 
 torch is imported only when torch computes the steps (or when ``attach`` is given torch
 objects): a run on a step engine (dk kernels, zk circuit) never loads it.
@@ -21,9 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
-import queue
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,12 +30,13 @@ import numpy as np
 from dk.crypto.hashing import digests_equal
 from dk.crypto.numeric import fold_sum_inplace
 from dk.errors import DkError, FormatError, JobMismatch
-from dk.pol.checkpoint import Tensors, checkpoint_root, sync_files, update_norm, write_blob
+from dk.pol.checkpoint import sync_files
 from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.job import JobSpec, as_job
 from dk.pol.models import initial_state, state_specs
-from dk.pol.run import CheckpointEntry, IntervalEntry, RunInfo, write_run
+from dk.pol.run import RunInfo, write_run
 from dk.pol.sampler import job_sampler
+from dk.pol.writer import CommitWriter
 
 if TYPE_CHECKING:
     import torch
@@ -60,6 +58,7 @@ LR_RTOL = 1e-6  # a user's scheduler may round differently; dk then sets its own
 GRAD_RTOL = 1e-3  # user's vs kernel gradients (float32 torch vs fixed-order kernels)
 SCHEDULE_DRY_RUN = 100_000  # steps of a user's scheduler checked at attach
 PROGRESS_PERIOD_S = 0.1  # a progress bar redraws per call: not once per (fast) step
+_CAT_NUMEL = 65536  # weights up to this size are concatenated for the finiteness check
 
 
 class TrainingDiverged(DkError, FloatingPointError):
@@ -111,9 +110,7 @@ def _recorded_optimizer_type() -> type:
             if rec.dp is not None and rec._model is not None:  # DP-SGD: SPEC Part VII §4
                 rec.dp_grads_()
             if rec._model is not None:
-                from dk.pol.torch_adapter import clip_gradients
-
-                clip_gradients(rec.job, rec._model.parameters())
+                rec._clip_gradients()
             out = self._inner.step(closure)
             rec._check_finite()
             rec._on_step()
@@ -193,15 +190,14 @@ class Recorder:
         check_dims(self.job, self.dataset)
         self.sampler = job_sampler(self.job, len(self.dataset))
         self.step = 0
+        self._steps = self.job.steps  # read once per step: not through the job's properties
         self.progress = progress
         self._ckpt_steps = self.job.checkpoint_steps()
         self._next = 1
         self._forwards = 0
         self._model: torch.nn.Module | None = None
         self._opt: torch.optim.Optimizer | None = None
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=2)
-        self._error: BaseException | None = None
-        self._written: list[Path] = []
+        self._writer: CommitWriter | None = None
         self._progress_at = 0.0
         self.dp: dict[str, Any] | None = self.job.train.get("dp")
         self.dp_epsilon: float | None = None
@@ -385,6 +381,9 @@ class Recorder:
                     f"loader dataset has {len(ds)} samples, the job's has {len(self.dataset)}"
                 )
         self._model, self._opt = model, optimizer
+        # Walked once: model.parameters() costs a module-tree walk per call, twice a step.
+        self._params = [p for _, p in model.named_parameters()]
+        self._param_names = [n for n, _ in model.named_parameters()]
         self._hook = model.register_forward_pre_hook(self._on_forward)
         if self.job.train.get("precision", "fp32") != "fp32":
             self._post_hook = model.register_forward_hook(self._after_forward)
@@ -467,12 +466,39 @@ class Recorder:
                 )
             g["lr"] = want  # the replay's exact value
 
+    def _clip_gradients(self) -> None:
+        """The job's clipping (``torch_adapter.clip_gradients``: ``clip_grad_norm_`` with
+        ``foreach=False``), bit for bit, with the multiplication left out when the clamped
+        coefficient is exactly 1 (then it is the identity): the common case costs the norm."""
+        clip = float(self.job.train.get("clip_norm", 0.0))
+        if clip <= 0.0:
+            return
+        grads = [p.grad for p in self._params if p.grad is not None]
+        if not grads:
+            return
+        utils = torch.nn.utils
+        total = utils.get_total_norm(grads, 2.0, False, foreach=False)
+        if not bool(torch.clamp(clip / (total + 1e-6), max=1.0) == 1.0):  # NaN multiplies too
+            utils.clip_grads_with_norm_(self._params, clip, total, foreach=False)
+
     def _check_finite(self) -> None:
-        """Stop at the first update that made a weight NaN or infinite."""
-        assert self._model is not None
-        sums = [p.detach().sum() for p in self._model.parameters()]
-        if sums and not bool(torch.isfinite(torch.stack(sums).float()).all()):
-            bad = [n for n, p in self._model.named_parameters() if not torch.isfinite(p).all()]
+        """Stop at the first update that made a weight NaN or infinite.
+
+        One reduction over all weights (small tensors concatenated, large ones summed): a NaN
+        or infinity anywhere makes it non-finite. Only then is each tensor looked at (a sum
+        that overflowed on finite weights is not a divergence).
+        """
+        small = [p.detach().reshape(-1) for p in self._params if p.numel() <= _CAT_NUMEL]
+        big = [p.detach().sum().reshape(1) for p in self._params if p.numel() > _CAT_NUMEL]
+        parts = small + big
+        if not parts or bool(torch.isfinite(torch.cat(parts).float().sum())):
+            return
+        bad = [
+            n
+            for n, p in zip(self._param_names, self._params, strict=True)
+            if not bool(torch.isfinite(p.detach()).all())
+        ]
+        if bad:
             raise TrainingDiverged(
                 f"step {self.step}: the update made {bad[:3]} NaN or infinite; recording "
                 f"stopped (the run directory holds checkpoints up to step "
@@ -495,10 +521,9 @@ class Recorder:
 
     def _start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "run.log.jsonl").write_text("")
+        self._writer = CommitWriter(self.run_dir, self.info, self.sampler)
+        self._writer.start()
         self._det.__enter__()
-        self._thread = threading.Thread(target=self._commit_loop, name="dk-commit", daemon=True)
-        self._thread.start()
         self._snap(0, 0)
 
     # -- recording ---------------------------------------------------------------------
@@ -512,7 +537,8 @@ class Recorder:
             ck = snapshot(
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )
-        self._put((index, step, ck))
+        assert self._writer is not None
+        self._writer.put(index, step, ck)
 
     def dp_grads_(self) -> None:
         """Replace the model's gradients by this step's DP-SGD gradients (SPEC VII §4)."""
@@ -579,71 +605,18 @@ class Recorder:
                 "(mean over the loader's batch) and nothing else"
             )
 
-    def _put(self, item: Any) -> None:
-        while True:
-            if self._error is not None:
-                raise self._error
-            try:
-                self._queue.put(item, timeout=0.5)
-            except queue.Full:
-                continue
-            return
-
     def _on_step(self) -> None:
         self.step += 1
-        if self.step > self.job.steps:
-            raise JobMismatch(f"more optimizer steps than the job's {self.job.steps}")
+        if self.step > self._steps:
+            raise JobMismatch(f"more optimizer steps than the job's {self._steps}")
         if self.progress is not None:  # at most every 0.1 s, and at the last step
             now = time.monotonic()
-            if now >= self._progress_at or self.step == self.job.steps:
+            if now >= self._progress_at or self.step == self._steps:
                 self._progress_at = now + PROGRESS_PERIOD_S
                 self.progress(self.step)
         if self._next < len(self._ckpt_steps) and self.step == self._ckpt_steps[self._next]:
             self._snap(self._next, self.step)
             self._next += 1
-
-    def _commit_loop(self) -> None:
-        prev: Tensors | None = None
-        log = open(self.run_dir / "run.log.jsonl", "a", encoding="utf-8")
-        try:
-            while True:
-                item = self._queue.get()
-                if item is None:
-                    return
-                index, step, ck = item
-                root = checkpoint_root(ck)
-                _, path, nbytes = write_blob(self.run_dir, ck, root, durable=False)
-                self._written.append(path)
-                entry = CheckpointEntry(index=index, step=step, root=root.hex(), nbytes=nbytes)
-                self.info.checkpoints.append(entry)
-                line: dict[str, Any] = {"checkpoint": entry.__dict__}
-                if prev is not None:
-                    start = self.info.checkpoints[index - 1].step
-                    iv = IntervalEntry(
-                        index=index - 1,
-                        start_step=start,
-                        end_step=step,
-                        batch_commitment=self.sampler.batch_commitment(
-                            index - 1, start, step
-                        ).hex(),
-                        update_norm=update_norm(prev, ck),
-                    )
-                    self.info.intervals.append(iv)
-                    line["interval"] = iv.__dict__
-                log.write(json.dumps(line) + "\n")
-                if self._queue.empty():  # caught up: flush; behind: one flush for the batch
-                    log.flush()
-                prev = ck
-        except BaseException as e:  # surfaced in the training thread
-            self._error = e
-            while True:  # drain so the producer never blocks forever
-                try:
-                    if self._queue.get(timeout=1.0) is None:
-                        return
-                except queue.Empty:
-                    return
-        finally:
-            log.close()
 
     def finish(self) -> RunInfo:
         """Wait for pending commits, check the run is complete, write ``run.json``."""
@@ -651,18 +624,17 @@ class Recorder:
             hook = getattr(self, name, None)
             if hook is not None:
                 hook.remove()
+        if self._writer is None:
+            raise JobMismatch("finish() before recording started (attach or start_engine)")
         try:
-            self._queue.put(None)
-            self._thread.join()
+            written = self._writer.close()
         finally:
             self._det.__exit__(None, None, None)
-        if self._error is not None:
-            raise self._error
         if self.step != self.job.steps:
             raise JobMismatch(f"training stopped at step {self.step} of {self.job.steps}")
         # One durability point for the whole run (not one fsync per checkpoint): every blob
         # and the log reach the disk before run.json (itself written atomically) says complete.
-        sync_files([*self._written, self.run_dir / "run.log.jsonl"])
+        sync_files(written)
         self.info.complete = True
         write_run(self.run_dir, self.info)
         return self.info
@@ -673,7 +645,6 @@ class Recorder:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             self.finish()
-        elif hasattr(self, "_thread"):
-            self._queue.put(None)
-            self._thread.join()
+        elif self._writer is not None:
+            self._writer.abort()
             self._det.__exit__(None, None, None)

@@ -1,0 +1,213 @@
+"""Recording overhead, whole process (issue 11 §5, issue 12 "Benchmarks"): separate processes
+timed from outside, imports included, each against the same loop without recording.
+
+1. ``dk train JOB`` / ``python -m bench.plain_train JOB``: a small CNN on the digits samples,
+   exact mode on dk's kernels, ``DK_BENCH_STEPS`` (default 10,000) steps, k = 50 (target <=
+   1.02) and k = 5 (target <= 1.10).
+2. ``examples/tiny_lm`` (2-layer transformer LM, AdamW, warm-up + cosine, dropout, clipping,
+   accumulation 2, bf16 autocast on CPU): the user's own loop with the Recorder attached /
+   the same loop without it (:func:`lm_loop`), ``DK_BENCH_LM_STEPS`` (default 1,000) steps,
+   k = 100 (target <= 1.02).
+
+Each figure is the minimum over ``DK_BENCH_REPS`` (default 3) runs, baseline and candidate
+interleaved, after one warm-up run of each; wall and CPU (user + system of the child) are both
+shown: on a shared machine the CPU ratio is the steadier one. Child processes run with a
+bytecode cache (in the temporary directory) even where ``PYTHONDONTWRITEBYTECODE`` is set,
+as an installed package would: without it every process recompiles dk's modules.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def _env(tmp: Path) -> dict[str, str]:
+    src = str(ROOT / "src")
+    path = os.pathsep.join(p for p in (src, str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(tmp / "pycache")
+    return env
+
+
+def timed(args: list[str], cwd: Path) -> tuple[float, float]:
+    """Run one process to completion; its (wall, CPU) seconds."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(args, cwd=cwd, env=_env(cwd), check=True, stdout=subprocess.DEVNULL)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+def _best(samples: list[tuple[float, float]]) -> tuple[float, float]:
+    return min(s[0] for s in samples), min(s[1] for s in samples)
+
+
+def _load() -> str:
+    return "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _verdict(value: float, target: float) -> str:
+    return "met" if value <= target else "NOT met"
+
+
+def compare(
+    what: str,
+    tmp: Path,
+    plain: list[str],
+    recorded: list[str],
+    run_dir: Path,
+    target: float,
+    reps: int,
+) -> None:
+    """Time ``plain`` and ``recorded`` (which writes ``run_dir``) interleaved; print ratios."""
+    timed(plain, tmp)  # warm: kernel cache, bytecode cache, page cache
+    shutil.rmtree(run_dir, ignore_errors=True)
+    timed(recorded, tmp)
+    p, r = [], []
+    for _ in range(reps):
+        p.append(timed(plain, tmp))
+        shutil.rmtree(run_dir, ignore_errors=True)
+        r.append(timed(recorded, tmp))
+    (pw, pc), (rw, rc) = _best(p), _best(r)
+    print(f"recording  {what}: plain {pw:.2f} s wall {pc:.2f} s CPU   recorded {rw:.2f} s wall "
+          f"{rc:.2f} s CPU")  # fmt: skip
+    verdicts = f"wall {_verdict(rw / pw, target)}, CPU {_verdict(rc / pc, target)}"
+    print(f"  ratio wall {rw / pw:.3f}   CPU {rc / pc:.3f}   (target <= {target}: {verdicts})"
+          f"   {_load()}")  # fmt: skip
+
+
+def cnn(tmp: Path, steps: int, reps: int) -> None:
+    """Issue 11 §5: ``dk train`` / the same steps without recording, k = 50 and k = 5."""
+    import numpy as np
+
+    from dk.pol import default_job
+    from dk.pol.data import load_dataset
+
+    d = load_dataset(default_job(steps=1))  # the built-in digits samples, as an .npz file
+    np.savez(tmp / "digits.npz", X=np.asarray(d.X), y=np.asarray(d.y))
+    for k, target in ((50, 1.02), (5, 1.10)):
+        job = default_job(arch="cnn", steps=steps, interval=k, dataset="npz",
+                          data_path="digits.npz", base_dir=tmp)  # fmt: skip
+        path = tmp / f"cnn_k{k}.toml"
+        path.write_text(job.to_toml())
+        compare(
+            f"small CNN, exact (dk kernels), {steps} steps, k={k}",
+            tmp,
+            [PY, "-m", "bench.plain_train", str(path)],
+            [PY, "-m", "dk.cli", "train", str(path), "--out", f"run{k}"],
+            tmp / f"run{k}",
+            target,
+            reps,
+        )
+
+
+def lm_job(work: Path, steps: int, interval: int = 100) -> Any:
+    """The tiny_lm example's job (its consumer), with a fixed tolerance (no calibration run)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tiny_lm", ROOT / "examples/tiny_lm/example.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example.consumer(work, steps=steps, interval=interval, text_bytes=100_000, tolerance=0.2)
+
+
+def lm_loop(work: Path, record: bool) -> None:
+    """The tiny_lm example's own training loop (examples/tiny_lm/example.py ``worker``), with
+    the Recorder (its three ``# dk`` lines) or without it (the job's batches, in the job's
+    order, from the same data and sampler; no seeding, no checks, nothing written)."""
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    from dk.pol import Recorder, build_model, load_job
+
+    job = load_job(work / "job.toml")
+    t = job.train
+    torch.set_num_threads(1)
+    model = build_model(job)
+    opt = torch.optim.AdamW(model.parameters(), lr=t["lr"], betas=tuple(t["betas"]),
+                            weight_decay=t["weight_decay"], foreach=False)  # fmt: skip
+    warm, total, floor = t["warmup_steps"], job.steps, t["min_lr"] / t["lr"]
+
+    def shape(s: int) -> float:
+        if s < warm:
+            return (s + 1) / warm
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, shape)
+    acc = t["accumulation"]
+    if record:
+        rec = Recorder(job, work / "run")
+        model, opt, loader = rec.attach(model=model, optimizer=opt, scheduler=sched)
+        autocast: Any = rec.autocast
+    else:
+        from dk.pol.data import load_dataset
+        from dk.pol.sampler import job_sampler
+        from dk.pol.torch_adapter import job_batch
+
+        ds = load_dataset(job)
+        sampler = job_sampler(job, len(ds))
+        loader = (mb for s in range(job.steps) for mb in zip(
+            *(z.chunk(acc) for z in job_batch(job, ds, sampler, s)), strict=True))  # fmt: skip
+
+        def autocast() -> Any:
+            return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
+
+    for i, (x, y) in enumerate(loader):
+        with autocast():
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1).long())
+        (loss / acc).backward()
+        if i % acc == acc - 1:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t["clip_norm"])
+            opt.step()
+            sched.step()
+            opt.zero_grad()
+    if record:
+        rec.finish()
+
+
+def lm(tmp: Path, steps: int, reps: int) -> None:
+    """Issue 12: the Recorder on the tiny_lm example's own loop / the loop without it, k=100."""
+    work = tmp / "lm"
+    lm_job(work, steps)
+    loop = [PY, "-m", "bench.bench_recording", "lm-loop", str(work)]
+    compare(f"tiny_lm (user's loop, bf16, accumulation 2), {steps} steps, k=100", tmp,
+            [*loop, "plain"], [*loop, "record"], work / "run", 1.02, reps)  # fmt: skip
+
+
+def main() -> None:
+    reps = int(os.environ.get("DK_BENCH_REPS", "3"))
+    steps = int(os.environ.get("DK_BENCH_STEPS", "10000"))
+    lm_steps = int(os.environ.get("DK_BENCH_LM_STEPS", "1000"))
+    tmp = Path(tempfile.mkdtemp(prefix="dk-bench-rec-"))
+    try:
+        which = os.environ.get("DK_BENCH_RECORDING", "cnn,lm").split(",")
+        if "cnn" in which:
+            cnn(tmp, steps, reps)
+        if "lm" in which:
+            lm(tmp, lm_steps, reps)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "lm-loop":
+        lm_loop(Path(sys.argv[2]), record=sys.argv[3] == "record")
+    else:
+        main()

@@ -1,0 +1,103 @@
+"""The commit pipeline (dk.pol.writer): in order, bounded, errors surface, nothing claimed early."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dk.pol.writer as writer
+from dk.pol.checkpoint import blob_name, checkpoint_root, update_norm
+from dk.pol.run import RunInfo
+from dk.pol.sampler import Sampler
+from dk.pol.writer import CommitWriter
+
+
+def _ck(step: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(step)
+    return {
+        "model/w": rng.standard_normal((4, 3)).astype(np.float32),
+        "meta/step": np.array(step, dtype=np.int64),
+    }
+
+
+def _writer(tmp_path: Path, depth: int = 2) -> CommitWriter:
+    info = RunInfo(job_id="00" * 32, data_root="00" * 32, interval=2, steps=6)
+    return CommitWriter(tmp_path, info, Sampler(seed=1, n=20, batch_size=4), depth=depth)
+
+
+def test_commits_in_order_with_intervals(tmp_path: Path) -> None:
+    w = _writer(tmp_path)
+    w.start()
+    cks = [_ck(s) for s in (0, 2, 4, 6)]
+    for i, ck in enumerate(cks):
+        w.put(i, 2 * i, ck)
+    written = w.close()
+    info = w.info
+    assert [c.root for c in info.checkpoints] == [checkpoint_root(c).hex() for c in cks]
+    assert written == [tmp_path / blob_name(checkpoint_root(c)) for c in cks] + [w.log_path]
+    assert all(p.is_file() for p in written)
+    sampler = Sampler(seed=1, n=20, batch_size=4)
+    for i, iv in enumerate(info.intervals):
+        assert (iv.start_step, iv.end_step) == (2 * i, 2 * i + 2)
+        assert iv.update_norm == update_norm(cks[i], cks[i + 1])
+        assert iv.batch_commitment == sampler.batch_commitment(i, 2 * i, 2 * i + 2).hex()
+    lines = [json.loads(x) for x in w.log_path.read_text().splitlines()]
+    assert [x["checkpoint"]["root"] for x in lines] == [c.root for c in info.checkpoints]
+    assert [x.get("interval", {}).get("index") for x in lines] == [None, 0, 1, 2]
+
+
+def test_a_background_error_surfaces_and_nothing_unwritten_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = writer.write_blob
+    calls = []
+
+    def failing(directory: Path, tensors: object, root: bytes, **kw: object) -> object:
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return real(directory, tensors, root, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer, "write_blob", failing)
+    w = _writer(tmp_path)
+    w.start()
+    with pytest.raises(OSError, match="disk full"):  # at a later put, or at close
+        for i in range(50):
+            w.put(i, 2 * i, _ck(2 * i))
+        w.close()
+    with pytest.raises(OSError, match="disk full"):
+        w.close()
+    lines = [json.loads(x) for x in w.log_path.read_text().splitlines()]
+    assert len(lines) == 1  # only the checkpoint whose blob is whole
+    assert (tmp_path / "blobs" / f"{lines[0]['checkpoint']['root']}.safetensors").is_file()
+    assert len(list((tmp_path / "blobs").iterdir())) == 1
+
+
+def test_the_queue_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A producer faster than the writer waits: at most ``depth`` snapshots queue up."""
+    gate = threading.Event()
+    real = writer.write_blob
+
+    def slow(*a: object, **kw: object) -> object:
+        gate.wait(10)
+        return real(*a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer, "write_blob", slow)
+    w = _writer(tmp_path, depth=2)
+    w.start()
+    done = []
+    t = threading.Thread(
+        target=lambda: [w.put(i, 2 * i, _ck(2 * i)) for i in range(6)] + [done.append(1)]
+    )
+    t.start()
+    t.join(0.5)
+    assert not done and w._queue.qsize() == 2  # one being written, two waiting, producer blocked
+    gate.set()
+    t.join(10)
+    assert done
+    w.close()
+    assert len(w.info.checkpoints) == 6
