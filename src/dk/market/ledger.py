@@ -60,6 +60,18 @@ CREATE TABLE IF NOT EXISTS challenges(
     challenge_id TEXT PRIMARY KEY, order_id TEXT NOT NULL, challenger TEXT NOT NULL,
     bond INTEGER NOT NULL, interval INTEGER, counter TEXT, state TEXT NOT NULL,
     created INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS profiles(
+    profile_id TEXT PRIMARY KEY, order_id TEXT NOT NULL, validator TEXT NOT NULL,
+    distance TEXT NOT NULL, tolerance TEXT NOT NULL, deposit INTEGER NOT NULL,
+    state TEXT NOT NULL, created INTEGER NOT NULL, UNIQUE(order_id, validator));
+CREATE TABLE IF NOT EXISTS whistles(
+    whistle_id TEXT PRIMARY KEY, order_id TEXT NOT NULL, whistler TEXT NOT NULL,
+    deposit INTEGER NOT NULL, interval INTEGER NOT NULL, state TEXT NOT NULL,
+    created INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS verdicts(order_id TEXT PRIMARY KEY, challenged TEXT NOT NULL,
+    seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS fees(order_id TEXT PRIMARY KEY, fee INTEGER NOT NULL,
+    fee_intervals INTEGER NOT NULL);
 """
 
 

@@ -40,6 +40,8 @@ ACTIONS = frozenset(
         "beacon_share",
         "attest",
         "challenge",
+        "profile",
+        "whistle",
     }
 )
 
