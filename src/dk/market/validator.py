@@ -127,3 +127,10 @@ def measure_profile(job: Any, *, intervals: int = 2) -> dict[str, Any]:
     except UnsafeTolerance as e:  # the profile still reports what was measured
         cal = e.calibration
     return cal.to_dict()
+
+
+def order_profile_request(
+    market: Any, client: Client, order_id: str, calibration: dict[str, Any]
+) -> dict[str, Any]:
+    """:func:`profile_request` for ``order_id``, bound to the job the order names."""
+    return profile_request(client, order_id, market.order(order_id)["job_id"], calibration)

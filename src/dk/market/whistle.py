@@ -223,3 +223,36 @@ def recheck(
         "challenged": list(getattr(report, "challenged", [])),
         "failing": failing,
     }
+
+
+def whistle_request(
+    market: Any,
+    client: Any,
+    order_id: str,
+    deposit: int,
+    *,
+    interval: int | None = None,
+    bundle_dir: str | Path | None = None,
+    job: Any = None,
+    verify: Any = None,
+) -> dict[str, Any]:
+    """A signed ``whistle`` request: on ``interval``, or on the first challenged interval that
+    this machine's :func:`recheck` of ``bundle_dir`` finds failing.
+
+    Raises:
+        MarketRefused: ``NOTHING_TO_WHISTLE`` when the re-check finds every challenged
+            interval replaying (a whistle would only lose its deposit).
+    """
+    if interval is None:
+        if bundle_dir is None or job is None:
+            raise ValueError("give an interval, or a bundle and its job to re-check")
+        found = recheck(market, order_id, bundle_dir, job, verify=verify)
+        failing = [i for i in found["failing"] if i in found["challenged"]]
+        if not failing:
+            raise MarketRefused(
+                "NOTHING_TO_WHISTLE",
+                f"the re-check of {order_id} is {found['verdict']}: every challenged interval "
+                "replays, so a whistle would lose its deposit",
+            )
+        interval = failing[0]
+    return client.request("whistle", order_id=order_id, interval=interval, deposit=deposit)
