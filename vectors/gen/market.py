@@ -98,7 +98,9 @@ def _request_cases() -> list[dict[str, Any]]:
         "distance": 0.0012,
         "tolerance": 0.012,
     }
-    valid("a validator's tolerance profile (binary64 numbers, SPEC V §12)", _env("profile", profile))
+    valid(
+        "a validator's tolerance profile (binary64 numbers, SPEC V §12)", _env("profile", profile)
+    )
     mutated(
         "profile whose tolerance was raised after signing",
         "BAD_SIGNATURE",
