@@ -88,6 +88,36 @@ def event_hash(prev_hash: bytes, body: dict[str, Any]) -> bytes:
     return tagged_hash(TAG_EVENT, prev_hash, canonical_json(body))
 
 
+def event_bytes(body: dict[str, Any], request_raw: bytes | None = None) -> bytes:
+    """``cj(body)`` of an event (SPEC V §3), reusing ``request_raw`` = ``cj(body["request"])``
+    when the caller has it (the request was encoded once already, to check its signature).
+
+    The event's keys are fixed ASCII names, so canonical order is ``at data kind moves request
+    seq v`` and the object is the concatenation of its canonical members.
+    """
+    if request_raw is None or body["request"] is None:
+        return canonical_json(body)
+    return b"".join(
+        (
+            b'{"at":',
+            canonical_json(body["at"]),
+            b',"data":',
+            canonical_json(body["data"]),
+            b',"kind":',
+            canonical_json(body["kind"]),
+            b',"moves":',
+            canonical_json(body["moves"]),
+            b',"request":',
+            request_raw,
+            b',"seq":',
+            canonical_json(body["seq"]),
+            b',"v":',
+            canonical_json(body["v"]),
+            b"}",
+        )
+    )
+
+
 def chain_problem(
     expected_seq: int, expected_prev: bytes, prev_hash: bytes, digest: bytes, body: Any
 ) -> str | None:
@@ -227,7 +257,12 @@ class Ledger:
 
     @contextmanager
     def transaction(
-        self, kind: str, *, at: int, request: dict[str, Any] | None = None
+        self,
+        kind: str,
+        *,
+        at: int,
+        request: dict[str, Any] | None = None,
+        request_raw: bytes | None = None,
     ) -> Iterator[Tx]:
         """Run one state change: ``BEGIN IMMEDIATE``, yield a :class:`Tx`, append the event, commit.
 
@@ -238,6 +273,7 @@ class Ledger:
             kind: the event kind (the action name).
             at: the time of the change (integer seconds) read from the market's clock.
             request: the signed request envelope that caused it, or None for market actions.
+            request_raw: ``cj(request)`` if the caller has it already (saves re-encoding it).
 
         Yields:
             The open transaction.
@@ -258,7 +294,7 @@ class Ledger:
             }
             if self.hook is not None:
                 self.hook(kind)  # test seam: a crash here must leave no trace
-            raw = canonical_json(body)
+            raw = event_bytes(body, request_raw)
             if len(raw) > MAX_EVENT_BODY:
                 raise MarketRefused("LIMIT", f"event body is over {MAX_EVENT_BODY} bytes")
             digest = tagged_hash(TAG_EVENT, head, raw)

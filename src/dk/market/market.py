@@ -213,7 +213,9 @@ class Market:
         """Apply a request :func:`parse_request` already authenticated for this market (the
         server authenticates once, to rate-limit by account, and then applies)."""
         now = self.now()
-        with self.ledger.transaction(req.action, at=now, request=req.envelope) as tx:
+        with self.ledger.transaction(
+            req.action, at=now, request=req.envelope, request_raw=req.raw or None
+        ) as tx:
             try:
                 tx.exec("INSERT INTO nonces(account, nonce) VALUES(?, ?)", (req.account, req.nonce))
             except sqlite3.IntegrityError:
