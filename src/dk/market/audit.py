@@ -298,7 +298,11 @@ def _match(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, 
         if "tolerance" in data or forfeits:
             a.bad(seq, f"TOLERANCE_MISMATCH: {oid} asked for no profiles")
         return
-    used = [p for p in a.profiles[oid] if p["validator"] != data["worker"]]
+    used = [
+        p
+        for p in a.profiles[oid]
+        if p["validator"] != data["worker"] and a.vstate.get(p["validator"]) == "active"
+    ]
     if len(used) < o["profiles"]:
         a.bad(seq, f"TOLERANCE_MISMATCH: {oid} matched with {len(used)} of {o['profiles']}")
         return

@@ -5,7 +5,8 @@ An order whose policy asks for ``profiles = N`` (0 = the job's own ``pol.toleran
 ``N >= min_profiles``) is open to ``profile`` requests while it is open: an active validator
 other than the consumer runs ``dk calibrate`` on the job and posts, signed, the largest honest
 distance it measured and the tolerance it recommends, locking ``profile_deposit``. At the
-match the market takes the profiles not posted by the matched worker; with fewer than ``N``
+match the market takes the profiles of validators still active, not posted by the matched
+worker; with fewer than ``N``
 the match is refused (``NOT_ENOUGH_PROFILES``). Otherwise
 
     tolerance = the lower median of their recommended tolerances
@@ -138,7 +139,12 @@ def fix_tolerance(ctx: Context, tx: Tx, order: Any, worker: str) -> dict[str, An
     if not need:
         return None
     rows = _posted(tx, order["order_id"])
-    used = [r for r in rows if r["validator"] != worker]
+    active = {r[0] for r in tx.all("SELECT account FROM validators WHERE state = 'active'")}
+    # a profile counts only while its author still stakes (not retired, not slashed)
+    counted = {
+        r["profile_id"] for r in rows if r["validator"] != worker and r["validator"] in active
+    }
+    used = [r for r in rows if r["profile_id"] in counted]
     if len(used) < need:
         raise MarketRefused(
             "NOT_ENOUGH_PROFILES",
@@ -150,7 +156,7 @@ def fix_tolerance(ctx: Context, tx: Tx, order: Any, worker: str) -> dict[str, An
     forfeited, excluded = [], []
     for r in rows:
         pid, held = r["profile_id"], tx.amount(deposit_holder(r["profile_id"]))
-        if r["validator"] == worker:
+        if pid not in counted:
             state = "excluded"
             excluded.append(pid)
         elif outlier(float(r["tolerance"]), median, factor):

@@ -316,3 +316,22 @@ def test_every_other_outcome_refunds_the_whole_fee(world: World) -> None:
     with pytest.raises(FormatError, match="both fee and fee_intervals"):
         place(w, fee=30)
     audit_ok(w)
+
+
+def test_a_profile_stops_counting_when_its_author_retires(world: World) -> None:
+    """Register, profile, retire (stake back): the profile no longer counts (a Sybil would
+    otherwise move the median for a deposit alone)."""
+    w = world
+    w.register(["worker2"])
+    oid = place(w, policy=PROFILED)
+    for name, t in (("v1", 0.01), ("v2", 0.02), ("worker2", 0.03)):
+        profile(w, name, oid, t)
+    w.do("worker2", "unregister_validator")
+    w.do("worker", "bid", price=80, capacity=1, stake=60)
+    with pytest.raises(MarketRefused, match="NOT_ENOUGH_PROFILES"):
+        w.do("consumer", "match", order_id=oid)
+    profile(w, "v3", oid, 1.0)
+    out = w.do("consumer", "match", order_id=oid)
+    assert out["tolerance"] == 0.02 and len(out["excluded"]) == 1
+    assert w.m.holding("pdeposit:" + out["excluded"][0]) == 0  # returned
+    audit_ok(w)
