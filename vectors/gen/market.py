@@ -92,6 +92,29 @@ def _request_cases() -> list[dict[str, Any]]:
             nonce=2,
         ),
     )
+    profile = {
+        "order_id": "o7",
+        "job_id": "ab" * 32,
+        "distance": 0.0012,
+        "tolerance": 0.012,
+    }
+    valid(
+        "a validator's tolerance profile (binary64 numbers, SPEC V §12)", _env("profile", profile)
+    )
+    mutated(
+        "profile whose tolerance was raised after signing",
+        "BAD_SIGNATURE",
+        lambda e: e["body"]["params"].update(tolerance=0.12),
+        _env("profile", profile),
+    )
+    whistle = {"order_id": "o7", "interval": 1, "deposit": 10}
+    valid("a whistle on an attested interval (SPEC V §13)", _env("whistle", whistle, nonce=3))
+    mutated(
+        "whistle moved to another interval after signing",
+        "BAD_SIGNATURE",
+        lambda e: e["body"]["params"].update(interval=2),
+        _env("whistle", whistle, nonce=3),
+    )
     valid("largest nonce", _env(nonce=2**63 - 1))
     valid(
         "non-canonical wire spacing: the signature covers the canonical body",
@@ -439,6 +462,151 @@ class _Job:
     job_id: bytes = bytes.fromhex("ab" * 32)
 
 
+@dataclass
+class _ChallengedReport(_Report):
+    challenged: list[int] = field(default_factory=lambda: [0, 1, 2])
+
+
+def _roles_flow() -> list[dict[str, Any]]:
+    """Profiles (one outlier), a fee, a false whistle, a release paying the fee, and a true
+    whistle topped up by the treasury (real BLS; SPEC V §11-§13)."""
+    from dk.market.beacon import members
+
+    with tempfile.TemporaryDirectory() as d:
+        clock = _Clock()
+        cfg = MarketConfig(k=2, n=2, window=100, clock="test", whistle_payout=1000)
+        replays = {"bad": [1]}
+        m = Market.create(
+            Path(d) / "r.db",
+            config=cfg,
+            salt=b"roles",
+            clock=clock,
+            verify=lambda *a, **k: _ChallengedReport(),
+            replay=lambda b, j, i, **k: i not in replays["bad"],
+        )
+        names = ["consumer", "worker", "whistler", "v0", "v1", "v2", "v3"]
+        nonce = iter(range(1, 1000))
+        keys = {n: SigningKey(bytes([100 + i]) * 32) for i, n in enumerate(names)}
+        c = {n: Client(keys[n], m.market_id) for n in names}
+        req = {n: (lambda a, n=n, **p: c[n].request(a, nonce=next(nonce), **p)) for n in names}
+        for n in names:
+            m.execute(req[n]("deposit", amount=1000))
+        bls = {f"v{i}": BlsKey.from_seed(s) for i, s in enumerate(VALIDATOR_SEEDS)}
+        for n, k in bls.items():
+            pop = k.bls.pop_prove(k.sk).hex()
+            m.execute(req[n]("register_validator", bls_pk=k.pk.hex(), pop=pop, stake=100))
+        by_account = {c[n].account: n for n in names}
+        job = "ab" * 32
+
+        def run_order(tolerances: list[float], fee: int) -> tuple[str, Path]:
+            oid = m.execute(
+                req["consumer"](
+                    "order",
+                    job_id=job,
+                    max_price=100,
+                    min_stake=10,
+                    deadline=clock.t + 1000,
+                    policy={"profiles": 3},
+                    fee=fee,
+                    fee_intervals=6,
+                )
+            )["order_id"]
+            for n, t in zip(["v0", "v1", "v2", "v3"], tolerances, strict=False):
+                m.execute(req[n]("profile", order_id=oid, job_id=job, distance=t / 10, tolerance=t))
+            m.execute(req["worker"]("bid", price=80, capacity=1, stake=10))
+            m.execute(req["consumer"]("match", order_id=oid))
+            bundle = Path(d) / oid
+            bundle.mkdir()
+            manifest = {
+                "job_id": job,
+                "worker_key": c["worker"].account,
+                "transcript_root": ROOT.hex(),
+                "checkpoints": [],
+            }
+            (bundle / "manifest.json").write_text(json.dumps(manifest, sort_keys=True))
+            m.execute(req["worker"]("submit", order_id=oid, **bundle_commitment(bundle)))
+            for v in members(m.order(oid)):
+                n = by_account[v]
+                body = share_request(m, c[n], bls[n], oid)["body"]["params"]
+                m.execute(req[n]("beacon_share", **body))
+            m.verify_result(oid, bundle, _Job())
+            for v in members(m.order(oid)):
+                n = by_account[v]
+                p = attestation_request(
+                    m, c[n], bls[n], oid, bundle, _Job(), verify=lambda *a, **k: _Report()
+                )["body"]["params"]
+                m.execute(req[n]("attest", **p))
+            m.accept(oid)
+            return oid, bundle
+
+        first, bundle = run_order([0.01, 0.012, 0.02, 1.0], fee=30)  # 1.0 forfeits
+        wid = m.execute(req["whistler"]("whistle", order_id=first, interval=0, deposit=25))
+        m.resolve_whistle(wid["whistle_id"], bundle, _Job())  # false: interval 0 replays
+        clock.t += 200
+        m.settle(first)  # the fee due goes to the attesters, the excess back
+        second, bundle = run_order([0.01, 0.011, 0.012], fee=12)
+        wid = m.execute(req["whistler"]("whistle", order_id=second, interval=1, deposit=10))
+        m.resolve_whistle(wid["whistle_id"], bundle, _Job())  # true, topped up by the treasury
+        chain = [
+            {"prev_hash": p.hex(), "hash": h.hex(), "body": b} for _, p, h, b in m.ledger.events()
+        ]
+        m.close()
+    return chain
+
+
+def _roles_cases(add: Any) -> None:
+    chain = _roles_flow()
+
+    def forged(kind: str, edit: Any, pick: Any = lambda d: True) -> list[dict[str, Any]]:
+        out = copy.deepcopy(chain)
+        ev = next(e for e in out if e["body"]["kind"] == kind and pick(e["body"]))
+        edit(ev["body"])
+        return _rehash(out)
+
+    add("profiles, a fee, a false whistle, a release, a true whistle topped up", chain)
+    add(
+        "an order's tolerance set above its profiles' median (re-hashed chain)",
+        forged("match", lambda b: b["data"].update(tolerance=0.5)),
+        "TOLERANCE_MISMATCH",
+    )
+    add(
+        "a whistle on an interval the attested verification never challenged",
+        forged("whistle", lambda b: b["data"].update(interval=5)),
+        "NOT_CHALLENGED",
+    )
+
+    def bigger_top_up(b: dict[str, Any]) -> None:
+        b["data"]["top_up"] += 1
+        for mv in b["moves"]:
+            if mv[0] == "treasury":
+                mv[2] += 1
+
+    add(
+        "a true whistle paid more from the treasury than the rule gives",
+        forged("resolve_whistle", bigger_top_up, lambda b: b["data"]["upheld"]),
+        "WHISTLE_PAYOUT",
+    )
+
+    def attester_overpaid(b: dict[str, Any]) -> None:
+        fee_moves = [mv for mv in b["moves"] if mv[1].startswith("acct:") and mv[2] < 80]
+        fee_moves[0][2] += 1
+        fee_moves[-1][2] -= 1  # the consumer's refund pays for it: the sums still hold
+
+    add(
+        "a release that pays an attester more of the fee than is due",
+        forged("settle", attester_overpaid, lambda b: b["data"].get("outcome") == "released"),
+        "FEE_MISMATCH",
+    )
+    add(
+        "a transfer that takes money out of the treasury",
+        forged(
+            "transfer" if any(e["body"]["kind"] == "transfer" for e in chain) else "deposit",
+            lambda b: b["moves"].append(["treasury", b["moves"][0][1], 1]),
+        ),
+        "TREASURY_MOVED",
+    )
+
+
 def _rehash(chain: list[dict[str, Any]]) -> list[dict[str, Any]]:
     prev = bytes(32)
     for ev in chain:
@@ -508,6 +676,7 @@ def _ledger_cases() -> list[dict[str, Any]]:
         "STAKE_TOO_SMALL",
     )
     assert match["validators"]  # the flow drew a set
+    _roles_cases(add)
     return cases
 
 

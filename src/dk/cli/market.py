@@ -228,10 +228,15 @@ def transfer(db: str, now: int | None, keyfile: str, to: str, amount: int) -> di
     return _signed(db, keyfile, "transfer", now, to=to, amount=amount)
 
 
-@market.command(short_help="Place an order (locks the payment)")
+@market.command(short_help="Place an order (locks the payment and the verification fee)")
 @KEY
 @click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--max-price", type=click.IntRange(1), required=True)
+@click.option(
+    "--max-price",
+    type=click.IntRange(1),
+    default=None,
+    help="The most the worker is paid (default with --gflop-price: the training's work).",
+)
 @click.option("--min-stake", type=click.IntRange(0), default=0, show_default=True)
 @click.option(
     "--deadline", type=click.IntRange(1), required=True, help="Seconds from the market's now."
@@ -239,33 +244,82 @@ def transfer(db: str, now: int | None, keyfile: str, to: str, amount: int) -> di
 @click.option("--tag", "tag", multiple=True, help="Condition KEY=VALUE (repeatable).")
 @click.option("--k", type=click.IntRange(1, 64), default=None)
 @click.option("--window", type=click.IntRange(0), default=None)
+@click.option(
+    "--profiles",
+    type=click.IntRange(0, 64),
+    default=None,
+    help="Tolerant jobs: validators' profiles the tolerance needs (median; SPEC V §12).",
+)
+@click.option(
+    "--gflop-price",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Estimate the work (SPEC V §11) and lock the verification fee it implies.",
+)
+@click.option("--fee", type=click.IntRange(1), default=None, help="Verification fee to lock.")
+@click.option(
+    "--fee-intervals",
+    type=click.IntRange(1),
+    default=None,
+    help="The challenged intervals --fee pays for (the excess is refunded at release).",
+)
 @_common
 def order(
     db: str,
     now: int | None,
     keyfile: str,
     job_path: str,
-    max_price: int,
+    max_price: int | None,
     min_stake: int,
     deadline: int,
     tag: tuple[str, ...],
     k: int | None,
     window: int | None,
+    profiles: int | None,
+    gflop_price: float | None,
+    fee: int | None,
+    fee_intervals: int | None,
 ) -> dict[str, Any]:
-    """Order the job in --job, escrowing --max-price."""
-    policy = {n: v for n, v in (("k", k), ("window", window)) if v is not None}
-    job_id = _job(job_path).job_id.hex()
+    """Order the job in --job, escrowing --max-price and the verification fee."""
+    policy = {
+        n: v for n, v in (("k", k), ("window", window), ("profiles", profiles)) if v is not None
+    }
+    if (fee is None) != (fee_intervals is None):
+        raise click.UsageError("give both --fee and --fee-intervals, or neither")
+    if gflop_price is not None and fee is not None:
+        raise click.UsageError("--gflop-price estimates the fee: give it or --fee, not both")
+    if max_price is None and gflop_price is None:
+        raise click.UsageError("give --max-price, or --gflop-price to price the job's work")
+    job = _job(job_path)
     with _open(db, now) as m:
+        quote = None
+        if gflop_price is not None:
+            from dk.market.work import order_quote
+
+            cfg = m.config
+            quote = order_quote(
+                job,
+                gflop_price=gflop_price,
+                min_stake=min_stake,
+                k=k or cfg.k,
+                topq=cfg.topq,
+                samples_floor=cfg.samples,
+                max_price=max_price,
+            )
+            max_price, fee, fee_intervals = quote["max_price"], quote["fee"], quote["fee_intervals"]
+        extra = {} if fee is None else {"fee": fee, "fee_intervals": fee_intervals}
         req = _client(m, keyfile).request(
             "order",
-            job_id=job_id,
+            job_id=job.job_id.hex(),
             max_price=max_price,
             min_stake=min_stake,
             deadline=m.now() + deadline,
             policy=policy,
             tags=_tags(tag),
+            **extra,
         )
-        return m.execute(req)
+        out = m.execute(req)
+    return out if quote is None else {**out, "estimate": quote}
 
 
 @market.command(short_help="Place a bid (locks the stake)")
@@ -348,7 +402,67 @@ class _Explained(dict):  # type: ignore[type-arg]
                 f"{r['expected_gain']:.2f}",
                 f"{r['expected_loss']:.2f}",
             )
-        return table
+        if "tolerance" not in self:  # a server of an older version
+            return table
+        from rich.console import Group
+
+        return Group(table, *self._roles())
+
+    def _roles(self) -> list[Any]:
+        """The tolerance profiles, the escrow and the whistles (SPEC V §11-§13)."""
+        from rich.table import Table
+
+        tol, esc = self["tolerance"], self["escrow"]
+        fixed = tol["fixed"]
+        head = (
+            f"tolerance: {fixed:g} (median of the profiles, fixed at the match)"
+            if fixed is not None
+            else "tolerance: the job's own pol.tolerance"
+            if not tol["profiles_needed"]
+            else f"tolerance: not fixed yet; {tol['profiles_needed']} profiles needed, "
+            f"median now {tol['median']}"
+        )
+        prof = Table(title=f"{head}\n{tol['rule']}", title_justify="left")
+        for col in ("profile", "validator", "distance", "tolerance", "deposit", "state"):
+            prof.add_column(col)
+        for p in tol["profiles"]:
+            prof.add_row(
+                p["profile_id"],
+                p["validator"][:16],
+                f"{p['distance']:g}",
+                f"{p['tolerance']:g}",
+                str(p["deposit"]),
+                p["state"],
+            )
+        due = "after verification" if esc["fee_due"] is None else str(esc["fee_due"])
+        escrow = Table(title="escrow (SPEC V §11)", title_justify="left")
+        escrow.add_column("item")
+        escrow.add_column("amount", justify="right")
+        for item, value in (
+            ("locked at order (max_price + fee)", esc["locked_at_order"]),
+            ("held now", esc["held_now"]),
+            ("matched price", esc["price"]),
+            (f"fee for {esc['fee_intervals']} challenged intervals", esc["fee"]),
+            (f"fee due ({esc['challenged']} challenged)", due),
+            ("fee refunded at release", esc["refund_at_settlement"]),
+        ):
+            escrow.add_row(item, "-" if value is None else str(value))
+        whistles = Table(
+            title=f"whistles (a true one pays at least {self['whistle_payout']}; "
+            f"treasury {self['treasury']})",
+            title_justify="left",
+        )
+        for col in ("whistle", "whistler", "interval", "deposit", "state"):
+            whistles.add_column(col)
+        for w in self["whistles"]:
+            whistles.add_row(
+                w["whistle_id"],
+                w["whistler"][:16],
+                str(w["interval"]),
+                str(w["deposit"]),
+                w["state"],
+            )
+        return [prof, escrow, whistles]
 
 
 @market.command(short_help="Free balance of an account")
@@ -494,6 +608,126 @@ def attest(
         client = _client(m, keyfile)
         req = attestation_request(m, client, BlsKey.load(bls_key), order_id, bundle, _job(job_path))
         return m.execute(req)
+
+
+@market.command(short_help="Post your tolerance profile of an order (validators)")
+@KEY
+@click.argument("order_id")
+@click.option(
+    "--calibration",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="The JSON of a `dk calibrate --json` run on this job.",
+)
+@click.option(
+    "--job",
+    "job_path",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Run `dk calibrate` on this job now (the order's job) and post what it measures.",
+)
+@click.option("--intervals", type=click.IntRange(1), default=2, show_default=True)
+@_common
+def profile(
+    db: str,
+    now: int | None,
+    keyfile: str,
+    order_id: str,
+    calibration: str | None,
+    job_path: str | None,
+    intervals: int,
+) -> dict[str, Any]:
+    """Post the honest replay distance and the tolerance you measured for ORDER_ID's job
+    (locks the market's profile deposit; SPEC V §12)."""
+    import json as _json
+
+    from dk.market.validator import measure_profile, order_profile_request
+
+    if (calibration is None) == (job_path is None):
+        raise click.UsageError("give exactly one of --calibration and --job")
+    if calibration is not None:
+        cal = _json.loads(open(calibration, encoding="utf-8").read(1 << 20))
+    else:
+        cal = measure_profile(_job(cast(str, job_path)), intervals=intervals)
+    with _open(db, now) as m:
+        return m.execute(order_profile_request(m, _client(m, keyfile), order_id, cal))
+
+
+@market.command(short_help="Re-run an order's attested verification with its beacon")
+@click.argument("order_id")
+@click.argument("bundle", type=click.Path(exists=True, file_okay=False))
+@click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@_common
+def recheck(db: str, now: int | None, order_id: str, bundle: str, job_path: str) -> Any:
+    """Verify BUNDLE as ORDER_ID's validators did (recorded beacon, policy, tolerance) and
+    list the challenged intervals that fail: what a whistleblower checks (SPEC V §13)."""
+    from dk.market.whistle import recheck as run
+
+    with _open(db, now) as m:
+        return run(m, order_id, bundle, _job(job_path))
+
+
+@market.command(short_help="Whistle on an accepted order's attestations (posts a deposit)")
+@KEY
+@click.argument("order_id")
+@click.option("--deposit", type=click.IntRange(1), required=True)
+@click.option("--interval", type=click.IntRange(0), default=None, help="A challenged interval.")
+@click.option(
+    "--bundle",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="Re-check this (the committed) bundle and whistle on the first failing interval.",
+)
+@click.option("--job", "job_path", type=click.Path(exists=True, dir_okay=False), default=None)
+@_common
+def whistle(
+    db: str,
+    now: int | None,
+    keyfile: str,
+    order_id: str,
+    deposit: int,
+    interval: int | None,
+    bundle: str | None,
+    job_path: str | None,
+) -> dict[str, Any]:
+    """Dispute ORDER_ID's attestations: a true whistle slashes the attesters to you (topped up
+    by the treasury), a false one forfeits the deposit to the treasury (SPEC V §13)."""
+    from dk.market.whistle import whistle_request
+
+    if (interval is None) == (bundle is None) or (bundle is None) != (job_path is None):
+        raise click.UsageError("give --interval, or --bundle with --job")
+    with _open(db, now) as m:
+        req = whistle_request(
+            m,
+            _client(m, keyfile),
+            order_id,
+            deposit,
+            interval=interval,
+            bundle_dir=bundle,
+            job=None if job_path is None else _job(job_path),
+        )
+        return m.execute(req)
+
+
+@market.command("resolve-whistle", short_help="Decide a whistle by replay")
+@click.argument("whistle_id")
+@click.argument("bundle", type=click.Path(exists=True, file_okay=False))
+@click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@_common
+def resolve_whistle(
+    db: str, now: int | None, whistle_id: str, bundle: str, job_path: str
+) -> dict[str, Any]:
+    """Replay the interval WHISTLE_ID names; an inconclusive replay leaves it open."""
+    with _open(db, now) as m:
+        return m.resolve_whistle(whistle_id, bundle, _job(job_path))
+
+
+@market.command(short_help="The treasury's inflows, outflows and balance")
+@_common
+def treasury(db: str, now: int | None) -> dict[str, Any]:
+    """Show what entered the jackpot treasury (penalties, forfeits) and what left it."""
+    with _open(db, now) as m:
+        return m.treasury()
 
 
 @market.command(short_help="Accept a verified result with k attestations")

@@ -6,12 +6,17 @@ attestation), re-draws every order's validator set, recomputes every beacon from
 refolds every money move from zero and compares the result with the ``holdings`` table, and
 checks::
 
-    sum(accounts) + sum(escrow) + sum(stakes) + sum(bonds) + sum(vstakes) + treasury
-        = deposits - withdrawals
+    sum(accounts) + sum(escrow) + sum(stakes) + sum(bonds) + sum(vstakes)
+        + sum(profile deposits) + sum(whistle deposits) + treasury = deposits - withdrawals
+
+and the treasury's own books: every unit in (by kind) = every unit out + its balance, money in
+only as a penalty and out only as a true whistle's top-up of the computed size (SPEC V §13.3).
 
 Problems about the validator rules start with a reason code (``DRAW_MISMATCH``,
 ``BEACON_MISMATCH``, ``BAD_SHARE``, ``NOT_DRAWN``, ``STAKE_TOO_SMALL``, ``VALIDATOR_BUSY``,
-``STAKE_MOVED``).
+``STAKE_MOVED``), and so do those about profiles, whistles, fees and the treasury
+(``TOLERANCE_MISMATCH``, ``NOT_CHALLENGED``, ``WHISTLE_PAYOUT``, ``FEE_MISMATCH``,
+``TREASURY_MOVED``).
 """
 
 from __future__ import annotations
@@ -25,10 +30,16 @@ from dk.errors import FormatError
 from dk.market.attest import attestation_message
 from dk.market.beacon import TREASURY, beacon_from, draw, draw_seed, share_message, vstake
 from dk.market.config import MarketConfig
+from dk.market.escrow import fee_due
 from dk.market.ledger import WORLD, ZERO_HASH, Ledger, chain_problem
+from dk.market.profiles import lower_median, outlier
 from dk.market.requests import ACTIONS, parse_request
+from dk.market.treasury import TreasuryBook
 
-SYSTEM_KINDS = frozenset({"init", "verify", "accept", "resolve", "settle", "redraw"})
+SYSTEM_KINDS = frozenset(
+    {"init", "verify", "accept", "resolve", "settle", "redraw", "resolve_whistle"}
+)
+HOLDER_KINDS = ("acct", "escrow", "stake", "bond", "vstake", "pdeposit", "wdeposit")
 MAX_PROBLEMS = 100
 _CHAIN_TEXT = {
     "SEQ_GAP": "sequence gap",
@@ -69,6 +80,10 @@ class _Auditor:
         self.config = MarketConfig()
         self.prev_head = ZERO_HASH
         self.envelope: Any = None
+        self.book = TreasuryBook()
+        self.profiles: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.whistles: dict[str, str] = {}  # whistle id -> order id
+        self.moves: list[Any] = []
 
     def bad(self, seq: int, msg: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
@@ -110,7 +125,7 @@ class _Auditor:
             src, dst, amount = m
             if src.startswith("acct:") and src != f"acct:{signer}":
                 self.bad(seq, f"{kind} moved funds of {src[:21]} without its signature")
-            if src == TREASURY or (
+            if (
                 src.startswith("vstake:")
                 and signer is not None
                 and (kind != "unregister_validator" or src != vstake(signer))
@@ -129,9 +144,16 @@ class _Auditor:
 
     def effects(self, seq: int, kind: str, signer: str | None, data: dict[str, Any]) -> None:
         oid = cast(str, data.get("order_id"))  # every kind that uses it carries one
+        if kind in ROLE_CHECKS:
+            ROLE_CHECKS[kind](self, seq, oid, signer, data)
         if kind == "order":
             self.k[oid] = int(data["policy"]["k"])
-            self.orders[oid] = {"consumer": signer, "n": int(data["policy"]["n"])}
+            self.orders[oid] = {
+                "consumer": signer,
+                "n": int(data["policy"]["n"]),
+                "profiles": int(data["policy"].get("profiles") or 0),
+                "fee": (int(data.get("fee", 0)), int(data.get("fee_intervals", 0))),
+            }
         elif kind == "register_validator" and signer is not None:
             self.register(seq, signer, data)
         elif kind == "unregister_validator" and signer is not None:
@@ -253,6 +275,114 @@ class _Auditor:
                 self.bad(seq, f"aggregate attestation of {oid} does not verify")
 
 
+# -- profiles, whistles, fees (SPEC V §11-§13) ----------------------------------------------
+
+
+def _profile(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
+    if signer is None or a.vstate.get(signer) != "active":
+        a.bad(seq, f"NOT_VALIDATOR: a profile of {oid} by an account that is not a validator")
+    a.profiles[oid].append(
+        {"id": data["profile_id"], "validator": signer, "tolerance": float(data["tolerance"])}
+    )
+
+
+def _match(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
+    o = a.orders[oid]
+    o["price"] = int(data["price"])
+    forfeits = {
+        m[0].removeprefix("pdeposit:")
+        for m in a.moves
+        if m[1] == TREASURY and str(m[0]).startswith("pdeposit:")
+    }
+    if not o["profiles"]:
+        if "tolerance" in data or forfeits:
+            a.bad(seq, f"TOLERANCE_MISMATCH: {oid} asked for no profiles")
+        return
+    used = [
+        p
+        for p in a.profiles[oid]
+        if p["validator"] != data["worker"] and a.vstate.get(p["validator"]) == "active"
+    ]
+    if len(used) < o["profiles"]:
+        a.bad(seq, f"TOLERANCE_MISMATCH: {oid} matched with {len(used)} of {o['profiles']}")
+        return
+    median = lower_median([p["tolerance"] for p in used])
+    out = [p["id"] for p in used if outlier(p["tolerance"], median, a.config.profile_factor)]
+    if (
+        data.get("tolerance") != median
+        or data.get("forfeited") != out
+        or data.get("profiles") != [p["id"] for p in used]
+        or forfeits != set(out)
+    ):
+        a.bad(seq, f"TOLERANCE_MISMATCH: {oid}'s tolerance or forfeits are not its profiles'")
+
+
+def _verify(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
+    if data.get("verdict") == "accept":
+        a.orders[oid]["challenged"] = [int(i) for i in data.get("challenged", [])]
+
+
+def _accept(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
+    a.orders[oid]["signers"] = list(data["signers"])
+
+
+def _whistle(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
+    if int(data["interval"]) not in a.orders[oid].get("challenged", []):
+        a.bad(seq, f"NOT_CHALLENGED: a whistle on {oid} names an interval never challenged")
+    a.whistles[data["whistle_id"]] = oid
+
+
+def _resolve_whistle(
+    a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]
+) -> None:
+    wid = data["whistle_id"]
+    if data.get("upheld"):
+        whistler = f"acct:{data['whistler']}"
+        reward = sum(
+            m[2]
+            for m in a.moves
+            if m[1] == whistler and (str(m[0]).startswith("vstake:") or m[0] == f"stake:{oid}")
+        )
+        paid = sum(m[2] for m in a.moves if m[0] == TREASURY)
+        want = min(a.held[TREASURY] + paid, max(0, a.config.whistle_payout - reward))
+        if paid != want or data.get("top_up") != paid:
+            a.bad(seq, f"WHISTLE_PAYOUT: {wid} was topped up {paid}, the rule gives {want}")
+        for v in data.get("slashed_validators", {}):
+            a.vstate[v] = "slashed"
+    elif data.get("verdict") == "accept":
+        if not any(m[0] == f"wdeposit:{wid}" and m[1] == TREASURY for m in a.moves):
+            a.bad(seq, f"WHISTLE_PAYOUT: the deposit of the false whistle {wid} was not forfeited")
+
+
+def _settle(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
+    if data.get("outcome") != "released":
+        return
+    o = a.orders[oid]
+    fee, estimated = o["fee"]
+    signers = o.get("signers", [])
+    due = fee_due(fee, estimated, len(o.get("challenged", [])))
+    share = due // len(signers) if signers else 0
+    want = {f"acct:{o['worker']}": o["price"]}
+    want.update({f"acct:{v}": share for v in signers if share})
+    got: dict[str, int] = defaultdict(int)
+    for m in a.moves:
+        if m[0] == f"escrow:{oid}" and m[1] != f"acct:{o['consumer']}":
+            got[m[1]] += m[2]
+    if dict(got) != want:
+        a.bad(seq, f"FEE_MISMATCH: the release of {oid} does not pay price and fee as locked")
+
+
+ROLE_CHECKS = {
+    "profile": _profile,
+    "match": _match,
+    "verify": _verify,
+    "accept": _accept,
+    "whistle": _whistle,
+    "resolve_whistle": _resolve_whistle,
+    "settle": _settle,
+}
+
+
 def audit(ledger: Ledger, *, bls: Any = None, check_bls: bool = True) -> AuditReport:
     """Audit the whole ledger from its event log and compare with its ``holdings`` table.
 
@@ -313,6 +443,11 @@ def audit_events(
         signer = a.signer(seq, kind, body)
         a.envelope = body["request"]
         a.money(seq, kind, signer, body["moves"])
+        a.moves = body["moves"] if isinstance(body["moves"], list) else []
+        try:
+            a.book.add(seq, kind, a.moves)
+        except (TypeError, ValueError):
+            pass  # a malformed move was reported by money()
         try:
             if kind == "register_validator" and signer is not None and check_bls:
                 p = body["request"]["body"]["params"]
@@ -322,6 +457,14 @@ def audit_events(
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             a.bad(seq, f"event data is malformed: {e!r}")
     folded = {h: v for h, v in a.held.items() if v}
+    for seq, msg in a.book.problems:
+        a.bad(seq, f"TREASURY_MOVED: {msg}")
+    book = a.book.to_dict()
+    if book["balance"] != folded.get(TREASURY, 0) or not book["conserved"]:
+        a.problems.append(
+            f"TREASURY_MOVED: treasury in {book['total_in']} != out {book['total_out']} + "
+            f"balance {folded.get(TREASURY, 0)}"
+        )
     if table is not None and {h: v for h, v in table.items() if v} != folded:
         diff = sorted(set(table) ^ set(folded) | {h for h in folded if table.get(h) != folded[h]})
         a.problems.append(f"holdings table differs from the event log at {diff[:5]}")
@@ -332,10 +475,15 @@ def audit_events(
     for oid in a.closed:
         if folded.get(f"escrow:{oid}") or folded.get(f"stake:{oid}"):
             a.problems.append(f"{oid} is settled but still holds escrow or stake")
+        held = [p["id"] for p in a.profiles[oid] if folded.get(f"pdeposit:{p['id']}")]
+        held += [w for w, o in a.whistles.items() if o == oid and folded.get(f"wdeposit:{w}")]
+        if held:
+            a.problems.append(f"{oid} is settled but still holds the deposits of {held[:3]}")
     totals = {**a.totals, "held": inside}
-    for prefix in ("acct", "escrow", "stake", "bond", "vstake"):
+    for prefix in HOLDER_KINDS:
         totals[prefix] = sum(v for h, v in folded.items() if h.startswith(prefix + ":"))
     totals[TREASURY] = folded.get(TREASURY, 0)
+    totals["treasury_in"], totals["treasury_out"] = book["total_in"], book["total_out"]
     return AuditReport(
         ok=not a.problems, events=count, head=prev.hex(), totals=totals, problems=a.problems
     )

@@ -192,3 +192,8 @@ def record_resolution(
             (other["challenge_id"],),
         )
         tx.move(bond(other["challenge_id"]), acct(other["challenger"]), other["bond"])
+    from dk.market.whistle import void_open
+
+    voided = void_open(tx, order["order_id"])
+    if voided:
+        tx.data["voided_whistles"] = voided

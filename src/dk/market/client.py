@@ -148,6 +148,17 @@ class RemoteMarket:
         """Accept a verified order with its attestations."""
         return self._post(f"/v1/orders/{order_id}/accept")
 
+    def resolve_whistle(
+        self, whistle_id: str, bundle_dir: str | Path | None = None, job: Any = None
+    ) -> dict[str, Any]:
+        """Replay a whistle's interval (uploading the bundle and job if given)."""
+        self._upload(bundle_dir, job)
+        return self._post(f"/v1/whistles/{whistle_id}/resolve")
+
+    def treasury(self) -> dict[str, Any]:
+        """The treasury's inflows and outflows by kind, and its balance."""
+        return self._get("/v1/treasury")
+
     def settle(self, order_id: str) -> dict[str, Any]:
         """Release or refund ``order_id`` as the server's clock says."""
         return self._post(f"/v1/orders/{order_id}/settle")

@@ -24,6 +24,14 @@ class MarketConfig:
         min_validator_stake: stake a validator locks to register, and needs to be drawn.
         share_timeout: seconds a drawn validator has to post its beacon share.
         withhold_penalty: taken from a withholding validator's stake to the treasury.
+        min_profiles: profiles an order's tolerance needs at least (``policy.profiles`` is 0
+            or at least this; SPEC V §12).
+        profile_deposit: locked with each tolerance profile; lost to the treasury when the
+            profile lies outside ``[median / profile_factor, median * profile_factor]``.
+        profile_factor: how far from the median a profile may lie and keep its deposit.
+        whistle_deposit: the smallest deposit of a whistle (SPEC V §13).
+        whistle_payout: what a true whistle pays at least: the treasury tops the slashed
+            stakes up to it, as far as it holds.
         clock: ``"system"`` (the ledger owner's clock; a party can never set time) or
             ``"test"`` (an injected clock and ``dk market --now`` are accepted).
     """
@@ -37,16 +45,23 @@ class MarketConfig:
     min_validator_stake: int = 100
     share_timeout: int = 600
     withhold_penalty: int = 10
+    min_profiles: int = 3
+    profile_deposit: int = 10
+    profile_factor: int = 4
+    whistle_deposit: int = 10
+    whistle_payout: int = 200
     clock: str = "system"
 
     def policy_defaults(self) -> dict[str, int]:
-        """The order policy defaults (``samples``, ``topq``, ``k``, ``n``, ``window``)."""
+        """The order policy defaults (``samples``, ``topq``, ``k``, ``n``, ``window``,
+        ``profiles``)."""
         return {
             "samples": self.samples,
             "topq": self.topq,
             "k": self.k,
             "n": max(self.n, self.k),
             "window": self.window,
+            "profiles": 0,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,6 +86,10 @@ class MarketConfig:
                 raise FormatError(f"market config {k} must be a non-negative integer")
         if value["k"] < 1 or value["min_bond"] < 1 or value["min_validator_stake"] < 1:
             raise FormatError("market config k, min_bond and min_validator_stake must be >= 1")
+        if value["min_profiles"] < 1 or value["profile_factor"] < 2:
+            raise FormatError("market config min_profiles must be >= 1 and profile_factor >= 2")
+        if value["profile_deposit"] < 1 or value["whistle_deposit"] < 1:
+            raise FormatError("market config profile_deposit and whistle_deposit must be >= 1")
         if not value["k"] <= value["n"] <= 64:
             raise FormatError("market config n must be in [k, 64]")
         return cls(**value)

@@ -10,7 +10,7 @@ from dk.market.ledger import MAX_AMOUNT
 
 MAX_TAGS = 16
 _TAG_RE = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
-_ID_RE = re.compile(r"^[obc][1-9][0-9]{0,17}$")
+_ID_RE = re.compile(r"^[obcpw][1-9][0-9]{0,17}$")
 
 
 def _bad(msg: str) -> FormatError:
@@ -48,6 +48,22 @@ def amount(params: dict[str, Any], name: str = "amount") -> int:
     return integer(params, name, 1, MAX_AMOUNT - 1)
 
 
+def number(params: dict[str, Any], name: str, lo: float, hi: float) -> float:
+    """A finite binary64 parameter in ``[lo, hi]`` (an integer token is read as its float;
+    booleans refused). Canonical JSON writes it as ECMAScript does (SPEC §1.3).
+
+    Raises:
+        FormatError: ``BAD_PARAMS``.
+    """
+    v = params.get(name)
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        raise _bad(f"{name} must be a number in [{lo:g}, {hi:g}]")
+    x = float(v)
+    if not lo <= x <= hi:  # NaN fails too
+        raise _bad(f"{name} must be a number in [{lo:g}, {hi:g}]")
+    return x
+
+
 def digest_hex(params: dict[str, Any], name: str) -> str:
     """A 32-byte digest written as 64 lowercase hex characters.
 
@@ -61,7 +77,8 @@ def digest_hex(params: dict[str, Any], name: str) -> str:
 
 
 def object_id(params: dict[str, Any], name: str, prefix: str) -> str:
-    """An order (``o``), bid (``b``) or challenge (``c``) id such as ``o12``.
+    """An order (``o``), bid (``b``), challenge (``c``), profile (``p``) or whistle (``w``) id
+    such as ``o12``.
 
     Raises:
         FormatError: ``BAD_PARAMS``.
@@ -89,7 +106,8 @@ def tags(params: dict[str, Any], name: str = "tags") -> dict[str, str]:
 
 def policy(params: dict[str, Any], defaults: dict[str, int]) -> dict[str, int | None]:
     """The verification policy: ``samples``, ``topq``, ``k`` (attestations), ``n`` (validators
-    drawn, ``k <= n``), ``window`` (s).
+    drawn, ``k <= n``), ``window`` (s), ``profiles`` (tolerance profiles needed, 0 = the job's
+    own tolerance; SPEC V §12).
 
     Missing entries take the market's defaults (a missing ``n`` is raised to ``k``); unknown
     entries are refused. A missing ``samples`` is ``None``: the economic default, fixed when
@@ -108,6 +126,7 @@ def policy(params: dict[str, Any], defaults: dict[str, int]) -> dict[str, int | 
         "k": (1, 64),
         "n": (1, 64),
         "window": (0, 10**9),
+        "profiles": (0, 64),
     }
     for key, (lo, hi) in bounds.items():
         integer(out, key, lo, hi)

@@ -60,6 +60,18 @@ CREATE TABLE IF NOT EXISTS challenges(
     challenge_id TEXT PRIMARY KEY, order_id TEXT NOT NULL, challenger TEXT NOT NULL,
     bond INTEGER NOT NULL, interval INTEGER, counter TEXT, state TEXT NOT NULL,
     created INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS profiles(
+    profile_id TEXT PRIMARY KEY, order_id TEXT NOT NULL, validator TEXT NOT NULL,
+    distance TEXT NOT NULL, tolerance TEXT NOT NULL, deposit INTEGER NOT NULL,
+    state TEXT NOT NULL, created INTEGER NOT NULL, UNIQUE(order_id, validator));
+CREATE TABLE IF NOT EXISTS whistles(
+    whistle_id TEXT PRIMARY KEY, order_id TEXT NOT NULL, whistler TEXT NOT NULL,
+    deposit INTEGER NOT NULL, interval INTEGER NOT NULL, state TEXT NOT NULL,
+    created INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS verdicts(order_id TEXT PRIMARY KEY, challenged TEXT NOT NULL,
+    seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS fees(order_id TEXT PRIMARY KEY, fee INTEGER NOT NULL,
+    fee_intervals INTEGER NOT NULL);
 """
 
 
@@ -74,6 +86,36 @@ def event_hash(prev_hash: bytes, body: dict[str, Any]) -> bytes:
         The 32-byte event hash.
     """
     return tagged_hash(TAG_EVENT, prev_hash, canonical_json(body))
+
+
+def event_bytes(body: dict[str, Any], request_raw: bytes | None = None) -> bytes:
+    """``cj(body)`` of an event (SPEC V §3), reusing ``request_raw`` = ``cj(body["request"])``
+    when the caller has it (the request was encoded once already, to check its signature).
+
+    The event's keys are fixed ASCII names, so canonical order is ``at data kind moves request
+    seq v`` and the object is the concatenation of its canonical members.
+    """
+    if request_raw is None or body["request"] is None:
+        return canonical_json(body)
+    return b"".join(
+        (
+            b'{"at":',
+            canonical_json(body["at"]),
+            b',"data":',
+            canonical_json(body["data"]),
+            b',"kind":',
+            canonical_json(body["kind"]),
+            b',"moves":',
+            canonical_json(body["moves"]),
+            b',"request":',
+            request_raw,
+            b',"seq":',
+            canonical_json(body["seq"]),
+            b',"v":',
+            canonical_json(body["v"]),
+            b"}",
+        )
+    )
 
 
 def chain_problem(
@@ -215,7 +257,12 @@ class Ledger:
 
     @contextmanager
     def transaction(
-        self, kind: str, *, at: int, request: dict[str, Any] | None = None
+        self,
+        kind: str,
+        *,
+        at: int,
+        request: dict[str, Any] | None = None,
+        request_raw: bytes | None = None,
     ) -> Iterator[Tx]:
         """Run one state change: ``BEGIN IMMEDIATE``, yield a :class:`Tx`, append the event, commit.
 
@@ -226,6 +273,7 @@ class Ledger:
             kind: the event kind (the action name).
             at: the time of the change (integer seconds) read from the market's clock.
             request: the signed request envelope that caused it, or None for market actions.
+            request_raw: ``cj(request)`` if the caller has it already (saves re-encoding it).
 
         Yields:
             The open transaction.
@@ -246,7 +294,7 @@ class Ledger:
             }
             if self.hook is not None:
                 self.hook(kind)  # test seam: a crash here must leave no trace
-            raw = canonical_json(body)
+            raw = event_bytes(body, request_raw)
             if len(raw) > MAX_EVENT_BODY:
                 raise MarketRefused("LIMIT", f"event body is over {MAX_EVENT_BODY} bytes")
             digest = tagged_hash(TAG_EVENT, head, raw)

@@ -19,7 +19,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dk.market import accounts, attest, beacon, challenges, economics, matching, orders, results
+from dk.market import (
+    accounts,
+    attest,
+    beacon,
+    challenges,
+    economics,
+    matching,
+    orders,
+    profiles,
+    results,
+    treasury,
+    whistle,
+)
 from dk.market.audit import AuditReport, audit
 from dk.market.config import Context, MarketConfig
 from dk.market.errors import MarketRefused
@@ -43,6 +55,8 @@ HANDLERS: dict[str, Handler] = {
     "beacon_share": attest.beacon_share,
     "attest": attest.attest,
     "challenge": challenges.open_challenge,
+    "profile": profiles.post_profile,
+    "whistle": whistle.open_whistle,
 }
 
 
@@ -199,7 +213,9 @@ class Market:
         """Apply a request :func:`parse_request` already authenticated for this market (the
         server authenticates once, to rate-limit by account, and then applies)."""
         now = self.now()
-        with self.ledger.transaction(req.action, at=now, request=req.envelope) as tx:
+        with self.ledger.transaction(
+            req.action, at=now, request=req.envelope, request_raw=req.raw or None
+        ) as tx:
             try:
                 tx.exec("INSERT INTO nonces(account, nonce) VALUES(?, ?)", (req.account, req.nonce))
             except sqlite3.IntegrityError:
@@ -268,6 +284,7 @@ class Market:
             samples=policy["samples"] if fixed is None else fixed["samples"],
             topq=policy["topq"],
             workers=workers,
+            **profiles.tolerance_of(order),
         )
         now = self.now()
         with self.ledger.transaction("verify", at=now) as tx:
@@ -304,7 +321,57 @@ class Market:
             samples, source = int(policy["samples"]), "set by the order"
         out = economics.explain(m, price, stake, samples=samples).to_dict()
         out.update(order_id=order_id, state=order["state"], economic_samples=rule, source=source)
+        out.update(self._roles(order, policy))
         return out
+
+    def _roles(self, order: Any, policy: dict[str, Any]) -> dict[str, Any]:
+        """explain's tolerance, escrow and whistle pieces (SPEC V §11-§13)."""
+        from dk.market.escrow import fee_due
+
+        con, oid = self.ledger.con, order["order_id"]
+        posted = profiles.order_profiles(con, oid)
+        counted = [p for p in posted if p["validator"] != order["worker"]]
+        median = profiles.lower_median([p["tolerance"] for p in counted]) if counted else None
+        f = self.config.profile_factor
+        tolerance = {
+            "profiles_needed": int(policy.get("profiles") or 0),
+            "profiles": posted,
+            "median": median,
+            "band": None if median is None else [median / f, median * f],
+            "fixed": policy.get("tolerance"),
+            "rule": "lower median of the profiles' tolerances; outside [median/f, median*f] "
+            f"a profile's deposit goes to the treasury (f = {f})",
+        }
+        fee, estimated = orders.order_fee(con, oid)
+        challenged = whistle.challenged(con, oid) if order["report_digest"] else None
+        due = None if challenged is None else fee_due(fee, estimated, len(challenged))
+        price = order["price"]
+        escrow = {
+            "max_price": int(order["max_price"]),
+            "price": price,
+            "fee": fee,
+            "fee_intervals": estimated,
+            "locked_at_order": int(order["max_price"]) + fee,
+            "held_now": self.holding(orders.escrow(oid)),
+            "challenged": None if challenged is None else len(challenged),
+            "fee_due": due,
+            "refund_at_settlement": None if due is None else fee - due,
+        }
+        whistles = [
+            dict(r)
+            for r in con.execute(
+                "SELECT whistle_id, whistler, deposit, interval, state FROM whistles"
+                " WHERE order_id = ? ORDER BY created",
+                (oid,),
+            )
+        ]
+        return {
+            "tolerance": tolerance,
+            "escrow": escrow,
+            "whistles": whistles,
+            "whistle_payout": self.config.whistle_payout,
+            "treasury": self.holding(beacon.TREASURY),
+        }
 
     def redraw(self, order_id: str) -> dict[str, Any]:
         """Replace validators who withheld their beacon share past the deadline (spec §5.3).
@@ -364,17 +431,55 @@ class Market:
             raise MarketRefused("UNKNOWN_CHALLENGE", f"no challenge {challenge_id}")
         if ch["state"] != "open":
             raise MarketRefused("BAD_STATE", f"{challenge_id} is already {ch['state']}")
-        manifest = self._bundle_for(self.order(ch["order_id"]), bundle_dir, job)
+        order = self.order(ch["order_id"])
+        manifest = self._bundle_for(order, bundle_dir, job)
         interval = challenges.disputed_interval(ch, manifest)
         verdict = (
             "accept"
             if interval is None
-            else results.verdict_of(self._replay(Path(bundle_dir), job, interval))
+            else results.verdict_of(
+                self._replay(Path(bundle_dir), job, interval, **profiles.tolerance_of(order))
+            )
         )
         now = self.now()
         with self.ledger.transaction("resolve", at=now) as tx:
             challenges.record_resolution(tx, challenge_id, interval, verdict, now)
             return dict(tx.data)
+
+    def resolve_whistle(self, whistle_id: str, bundle_dir: str | Path, job: Any) -> dict[str, Any]:
+        """Decide a whistle by replaying its interval of the committed bundle (SPEC V §13).
+
+        A true whistle (the replay rejects) slashes the attesters to the whistleblower, with
+        the treasury's top-up; a false one forfeits the deposit to the treasury; an
+        ``inconclusive`` replay is recorded and leaves the whistle open.
+
+        Raises:
+            MarketRefused: ``UNKNOWN_WHISTLE``, ``BAD_STATE``, ``JOB_MISMATCH``,
+                ``BUNDLE_MISMATCH``.
+        """
+        w = self.ledger.con.execute(
+            "SELECT * FROM whistles WHERE whistle_id = ?", (whistle_id,)
+        ).fetchone()
+        if w is None:
+            raise MarketRefused("UNKNOWN_WHISTLE", f"no whistle {whistle_id}")
+        if w["state"] != "open":
+            raise MarketRefused("BAD_STATE", f"{whistle_id} is already {w['state']}")
+        order = self.order(w["order_id"])
+        self._bundle_for(order, bundle_dir, job)
+        result = self._replay(
+            Path(bundle_dir), job, int(w["interval"]), **profiles.tolerance_of(order)
+        )
+        verdict = results.verdict_of(result)
+        now = self.now()
+        with self.ledger.transaction("resolve_whistle", at=now) as tx:
+            whistle.record_whistle(self._ctx(), tx, whistle_id, verdict, now)
+            return dict(tx.data)
+
+    def treasury(self) -> dict[str, Any]:
+        """The treasury's inflows and outflows by kind and its balance (SPEC V §13.3)."""
+        book = treasury.treasury_book(self.ledger.events()).to_dict()
+        book["held"] = self.holding(beacon.TREASURY)
+        return book
 
     def settle(self, order_id: str) -> dict[str, Any]:
         """Release or refund an order as its state and the market's time call for."""
@@ -431,6 +536,16 @@ class Market:
             )
         ]
         order["bids"] = matching.explain(con, order_id)
+        order["profiles"] = profiles.order_profiles(con, order_id)
+        order["whistles"] = [
+            dict(r)
+            for r in con.execute(
+                "SELECT whistle_id, whistler, deposit, interval, state FROM whistles"
+                " WHERE order_id = ? ORDER BY created",
+                (order_id,),
+            )
+        ]
+        order["fee"], order["fee_intervals"] = orders.order_fee(con, order_id)
         return order
 
     def book(self) -> dict[str, list[dict[str, Any]]]:

@@ -19,6 +19,7 @@ from dk.market.config import Context
 from dk.market.errors import MarketRefused
 from dk.market.ledger import Tx
 from dk.market.orders import escrow, load_order, stake
+from dk.market.profiles import fix_tolerance
 from dk.market.requests import SignedRequest
 
 
@@ -117,6 +118,7 @@ def match(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     if bid is None:
         raise MarketRefused("NO_MATCH", f"no bid meets every condition of {order_id}")
     chosen = draw_at_match(ctx, tx, order, bid["worker"], req.envelope["signature"])
+    profiled = fix_tolerance(ctx, tx, order, bid["worker"])  # SPEC V §12
     left = bid["remaining"] - 1
     tx.exec(
         "UPDATE bids SET remaining = ?, state = ? WHERE bid_id = ?",
@@ -139,3 +141,5 @@ def match(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
         "price": bid["price"],
         "validators": chosen,
     }
+    if profiled is not None:
+        tx.data.update(profiled)

@@ -1,7 +1,8 @@
 """Orders (consumers) and bids (workers): placing locks money, cancelling returns it (spec §4.2).
 
-An order locks its ``max_price`` in ``escrow:<order>`` when placed; a bid locks
-``stake * capacity`` in ``stake:<bid>``. Only the owner may cancel, and only while open.
+An order locks its ``max_price`` plus its verification ``fee`` (SPEC V §11) in
+``escrow:<order>`` when placed; a bid locks ``stake * capacity`` in ``stake:<bid>``. Only the
+owner may cancel, and only while open.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dk.errors import FormatError
 from dk.market import fields
 from dk.market.accounts import acct
 from dk.market.config import Context
@@ -30,20 +32,31 @@ def stake(owner_id: str) -> str:
 
 
 def place_order(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
-    """Open an order for ``job_id`` and lock ``max_price`` in escrow.
+    """Open an order for ``job_id`` and lock ``max_price`` (and the optional verification
+    ``fee`` for ``fee_intervals`` challenged intervals, SPEC V §11) in escrow.
 
     Raises:
         FormatError: ``BAD_PARAMS``.
         MarketRefused: ``INSUFFICIENT_FUNDS``, ``DEADLINE_PASSED``.
     """
     p = req.params
-    fields.only(p, {"job_id", "max_price", "min_stake", "deadline"}, {"policy", "tags"})
+    fields.only(
+        p,
+        {"job_id", "max_price", "min_stake", "deadline"},
+        {"policy", "tags", "fee", "fee_intervals"},
+    )
     job_id = fields.digest_hex(p, "job_id")
     max_price = fields.amount(p, "max_price")
     min_stake = fields.integer(p, "min_stake")
     deadline = fields.integer(p, "deadline", 0, 2**62)
     policy = fields.policy(p, ctx.config.policy_defaults())
     tags = fields.tags(p)
+    fee = _fee(p)
+    if policy["profiles"] and policy["profiles"] < ctx.config.min_profiles:
+        raise FormatError(
+            f"market request: policy profiles must be 0 or at least {ctx.config.min_profiles}",
+            reason="BAD_PARAMS",
+        )
     if deadline <= now:
         raise MarketRefused("DEADLINE_PASSED", f"deadline {deadline} is not after now {now}")
     order_id = f"o{tx.seq}"
@@ -64,6 +77,28 @@ def place_order(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     )
     tx.move(acct(req.account), escrow(order_id), max_price)
     tx.data = {"order_id": order_id, "job_id": job_id, "policy": policy}
+    if fee is not None:
+        tx.exec("INSERT INTO fees(order_id, fee, fee_intervals) VALUES(?, ?, ?)", (order_id, *fee))
+        tx.move(acct(req.account), escrow(order_id), fee[0])
+        tx.data.update(fee=fee[0], fee_intervals=fee[1])
+
+
+def _fee(p: dict[str, Any]) -> tuple[int, int] | None:
+    if ("fee" in p) != ("fee_intervals" in p):
+        raise FormatError(
+            "market request: give both fee and fee_intervals, or neither", reason="BAD_PARAMS"
+        )
+    if "fee" not in p:
+        return None
+    return fields.amount(p, "fee"), fields.integer(p, "fee_intervals", 1, 2**31)
+
+
+def order_fee(con: Any, order_id: str) -> tuple[int, int]:
+    """``(fee, fee_intervals)`` an order locked for its verification (``(0, 0)``: none)."""
+    row = con.execute(
+        "SELECT fee, fee_intervals FROM fees WHERE order_id = ?", (order_id,)
+    ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
 def place_bid(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
@@ -144,6 +179,9 @@ def cancel_order(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
         (order_id,),
     )
     tx.move(escrow(order_id), acct(req.account), refund)
+    from dk.market.profiles import refund_open
+
+    refund_open(tx, order_id)
     tx.data = {"order_id": order_id, "outcome": "cancelled"}
 
 

@@ -40,6 +40,8 @@ ACTIONS = frozenset(
         "beacon_share",
         "attest",
         "challenge",
+        "profile",
+        "whistle",
     }
 )
 
@@ -54,6 +56,7 @@ class SignedRequest:
     action: str
     params: dict[str, Any]
     digest: bytes
+    raw: bytes = b""  # cj(envelope), spliced into the event body (SPEC V §3)
 
 
 def request_digest(body: dict[str, Any]) -> bytes:
@@ -179,4 +182,5 @@ def parse_request(data: bytes | dict[str, Any], *, market_id: bytes) -> SignedRe
         action=body["action"],
         params=body["params"],
         digest=digest,
+        raw=b'{"body":' + body_bytes + b',"signature":' + canonical_json(sig_hex) + b"}",
     )

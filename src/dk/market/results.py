@@ -177,6 +177,13 @@ def record_verification(
             "UPDATE orders SET state = 'verified', report_digest = ? WHERE order_id = ?",
             (digest, order_id),
         )
+        # what the attesters vouch for: a whistle names one of these (SPEC V §13)
+        chal = [int(i) for i in getattr(report, "challenged", [])]
+        tx.exec(
+            "INSERT INTO verdicts(order_id, challenged, seq) VALUES(?, ?, ?)",
+            (order_id, json.dumps(chal), tx.seq),
+        )
+        tx.data["challenged"] = chal
         return
     tx.exec(
         "UPDATE orders SET state = 'rejected', outcome = 'rejected', report_digest = ?"

@@ -210,6 +210,19 @@ class MarketService:
             challenge_id, self.bundle_dir(digest), self.job(order["job_id"])
         )
 
+    def resolve_whistle(self, whistle_id: str) -> dict[str, Any]:
+        """Decide a whistle by replaying its interval of the committed bundle (SPEC V §13)."""
+        row = self.market.ledger.con.execute(
+            "SELECT order_id FROM whistles WHERE whistle_id = ?", (whistle_id,)
+        ).fetchone()
+        if row is None:
+            raise MarketRefused("UNKNOWN_WHISTLE", f"no whistle {whistle_id}")
+        order = self.market.order(row[0])
+        digest = json.loads(order["commitment"])["manifest_digest"]
+        return self.market.resolve_whistle(
+            whistle_id, self.bundle_dir(digest), self.job(order["job_id"])
+        )
+
     # -- reads --------------------------------------------------------------------------
 
     def info(self) -> dict[str, Any]:
@@ -377,6 +390,16 @@ def create_app(service: MarketService) -> Any:
         return out
 
     @endpoint
+    async def resolve_whistle(request: Request) -> Any:
+        out = await service.run(service.resolve_whistle, request.path_params["whistle_id"])
+        await changed()
+        return out
+
+    @endpoint
+    async def treasury(request: Request) -> Any:
+        return await service.run(service.market.treasury)
+
+    @endpoint
     async def events(request: Request) -> Any:
         try:
             after = int(request.query_params.get("after", "-1"))
@@ -422,6 +445,8 @@ def create_app(service: MarketService) -> Any:
         Route("/v1/orders/{order_id}/accept", market_action("accept"), methods=["POST"]),
         Route("/v1/orders/{order_id}/settle", market_action("settle"), methods=["POST"]),
         Route("/v1/challenges/{challenge_id}/resolve", resolve, methods=["POST"]),
+        Route("/v1/whistles/{whistle_id}/resolve", resolve_whistle, methods=["POST"]),
+        Route("/v1/treasury", treasury, methods=["GET"]),
         Route("/v1/balances/{account}", balance, methods=["GET"]),
         Route("/v1/events", events, methods=["GET"]),
         Route("/v1/audit", audit, methods=["GET"]),
@@ -511,6 +536,13 @@ OPENAPI: dict[str, Any] = {
         "/v1/challenges/{challenge_id}/resolve": {
             "post": _op("replay the disputed interval", params=["challenge_id"])
         },
+        "/v1/whistles/{whistle_id}/resolve": {
+            "post": _op(
+                "replay a whistle's interval: slash the attesters or forfeit the deposit",
+                params=["whistle_id"],
+            )
+        },
+        "/v1/treasury": {"get": _op("the treasury's inflows, outflows and balance")},
         "/v1/balances/{account}": {"get": _op("free balance of an account", params=["account"])},
         "/v1/events": {
             "get": {

@@ -8,7 +8,6 @@ accepts, signs an attestation.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from dk.market.attest import BlsKey, attestation_message
 from dk.market.beacon import order_share_message
 from dk.market.errors import MarketRefused
 from dk.market.market import Market
+from dk.market.profiles import verify_options
 from dk.market.requests import Client
 from dk.market.results import verdict_of
 
@@ -68,15 +68,8 @@ def attestation_request(
     order = market.order(order_id)
     if order["state"] != "verified":
         raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not verified")
-    policy = json.loads(order["policy"])
     run = verify or market.verifier
-    report = run(
-        Path(bundle_dir),
-        job,
-        beacon=bytes.fromhex(order["beacon"]),
-        samples=policy["samples"],
-        topq=policy["topq"],
-    )
+    report = run(Path(bundle_dir), job, **verify_options(order))  # the order's tolerance too
     verdict = verdict_of(report)
     if verdict == "reject":
         raise MarketRefused("REPORT_REJECTED", "this validator's verification rejects the bundle")
@@ -99,3 +92,45 @@ def registration_request(client: Client, bls_key: BlsKey, stake: int) -> dict[st
         pop=bls_key.bls.pop_prove(bls_key.sk).hex(),
         stake=stake,
     )
+
+
+def profile_request(
+    client: Client, order_id: str, job_id: str, calibration: dict[str, Any]
+) -> dict[str, Any]:
+    """A signed ``profile`` request from a calibration (``dk calibrate --json``'s fields
+    ``max_l2`` and ``recommended_tolerance``), bound to the order and its job (SPEC V §12).
+
+    Raises:
+        FormatError: if the calibration lacks those numbers.
+    """
+    from dk.errors import FormatError
+
+    try:
+        distance = float(calibration["max_l2"])
+        tolerance = float(calibration["recommended_tolerance"])
+    except (KeyError, TypeError, ValueError):
+        raise FormatError(
+            "a calibration needs max_l2 and recommended_tolerance (dk calibrate --json)"
+        ) from None
+    return client.request(
+        "profile", order_id=order_id, job_id=job_id, distance=distance, tolerance=tolerance
+    )
+
+
+def measure_profile(job: Any, *, intervals: int = 2) -> dict[str, Any]:
+    """Run ``dk calibrate`` on the job as a profiling task on this machine (1 and 2 threads);
+    the calibration as a dict (refusals of an unsafe tolerance still yield a measurement)."""
+    from dk.pol.calibrate import UnsafeTolerance, calibrate
+
+    try:
+        cal = calibrate(job, intervals=intervals)
+    except UnsafeTolerance as e:  # the profile still reports what was measured
+        cal = e.calibration
+    return cal.to_dict()
+
+
+def order_profile_request(
+    market: Any, client: Client, order_id: str, calibration: dict[str, Any]
+) -> dict[str, Any]:
+    """:func:`profile_request` for ``order_id``, bound to the job the order names."""
+    return profile_request(client, order_id, market.order(order_id)["job_id"], calibration)

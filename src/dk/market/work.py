@@ -70,3 +70,62 @@ def estimate_work(
     train, verify = per_step * steps, per_step * replayed
     fee = max(1, round((train + verify) / 1e9 * gflop_price))
     return WorkEstimate(per_step, steps, train, verify, fee)
+
+
+def challenged_bound(m: int, samples: int, topq: int, epochs: int) -> int:
+    """At most how many intervals a challenge of ``samples`` uniform draws plus the ``topq``
+    largest updates of each of ``epochs`` epochs names: ``min(m, samples + topq * epochs)``."""
+    return max(1, min(m, samples + topq * max(1, epochs)))
+
+
+def job_epochs(job: Any) -> int:
+    """Epochs the job's steps span (``ceil(steps / steps_per_epoch)``, SPEC §8)."""
+    from dk.pol.data import load_dataset
+
+    per_epoch = max(1, len(load_dataset(job)) // int(job.train["batch_size"]))
+    return -(-int(job.steps) // per_epoch)
+
+
+def order_quote(
+    job: Any,
+    *,
+    gflop_price: float,
+    min_stake: int,
+    k: int,
+    topq: int,
+    samples_floor: int,
+    max_price: int | None = None,
+    samples: int | None = None,
+    flops_per_step: int | None = None,
+    epochs: int | None = None,
+) -> dict[str, Any]:
+    """What an order locks in escrow, from the job's work (SPEC V §11).
+
+    ``max_price`` defaults to the training's work, ``ceil(train GFLOP * gflop_price)``. The
+    verification fee covers ``k`` validators replaying the largest challenge the order can
+    draw: ``E = challenged_bound(m, s, topq, epochs)`` intervals, where ``s`` is the order's
+    ``samples`` or, when the economic default will fix it, its value at ``max_price`` and
+    ``min_stake`` (the matched price is at most ``max_price`` and the stake at least
+    ``min_stake``, so the fixed ``s`` is no larger); ``fee = ceil(k * E * interval * flops per
+    step / 1e9 * gflop_price)``. The release pays only the part the verification used.
+    """
+    import math
+
+    from dk.market.economics import order_samples
+
+    per_step = step_flops(job) if flops_per_step is None else flops_per_step
+    m, interval, steps = int(job.num_intervals), int(job.interval), int(job.steps)
+    price = max_price or max(1, math.ceil(per_step * steps / 1e9 * gflop_price))
+    s = samples if samples is not None else order_samples(m, price, min_stake, samples_floor)
+    e = challenged_bound(m, s, topq, job_epochs(job) if epochs is None else epochs)
+    verify_flops = k * e * interval * per_step
+    return {
+        "max_price": price,
+        "fee": max(1, math.ceil(verify_flops / 1e9 * gflop_price)),
+        "fee_intervals": e,
+        "samples_bound": s,
+        "flops_per_step": per_step,
+        "train_flops": per_step * steps,
+        "verify_flops": verify_flops,
+        "gflop_price": gflop_price,
+    }

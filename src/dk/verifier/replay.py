@@ -235,6 +235,7 @@ def replay_interval(
     index: int,
     *,
     dataset: Dataset | None = None,
+    tolerance: float | None = None,
 ) -> ReplayResult:
     """Replay interval ``index`` of a bundle against its committed end checkpoint.
 
@@ -243,7 +244,8 @@ def replay_interval(
     reproduces the committed end; ``reject`` when the worker's evidence is wrong (with its
     reason code); ``inconclusive`` when this verifier cannot judge (its data, backend, a zk
     job, whose intervals are judged by proofs, or an internal error). Never raises.
-    Signatures and the rest are :func:`verify_bundle`'s job.
+    Signatures and the rest are :func:`verify_bundle`'s job. ``tolerance`` replaces the job's
+    ``pol.tolerance`` in tolerant mode (a market order's profiled tolerance, SPEC V §12).
     """
     from dk.pol.replay import make_replayer, replay_matches
 
@@ -275,6 +277,8 @@ def replay_interval(
             if ck.blob != blob_name(ck.root):
                 return _result(Reason.BAD_PATH, f"checkpoint {ck.index} names another blob")
         a, z = ivs[index].start_step, ivs[index].end_step
+        if tolerance is not None and spec.mode == "tolerant":  # after the job binding
+            spec = spec.with_updates(pol={"tolerance": tolerance})
         start = _load_end(b, spec, cks[index], a)
         claimed = _load_end(b, spec, cks[index + 1], z) if spec.mode == "tolerant" else None
     except FormatError as e:

@@ -76,6 +76,7 @@ class Options:
     integrity: str = "challenged"
     replay: bool = True
     executor: Any = None
+    tolerance: float | None = None
 
 
 @dataclass
@@ -196,6 +197,8 @@ def check_job_binding(ctx: Context) -> None:
             Reason.WORKER_MISMATCH,
             "bundle is signed by another worker than the job names",
         )
+    if ctx.opts.tolerance is not None and ctx.job.mode == "tolerant":  # a market's profiled one
+        ctx.job = ctx.job.with_updates(pol={"tolerance": ctx.opts.tolerance})
     ctx.rep.passed("job")
 
 
@@ -561,6 +564,7 @@ def verify_bundle(
     integrity: str = "challenged",
     replay: bool = True,
     executor: Any = None,
+    tolerance: float | None = None,
 ) -> Report:
     """Verify a bundle against a job; never raises on bad input.
 
@@ -591,6 +595,9 @@ def verify_bundle(
             ``dk challenge`` does); the report's ``replay`` check is then ``"skip"``.
         executor: where the replays run instead of ``workers`` local processes, e.g.
             :class:`dk.verifier.executors.RayExecutor` (SPEC §12.5). The report is the same.
+        tolerance: tolerant mode: judge replays at this threshold instead of the job's
+            ``pol.tolerance`` (a market order's tolerance fixed from validators' profiles,
+            SPEC V §12); the job binding is checked first, against the job as given.
 
     Returns:
         The :class:`Report`: ``report.verdict`` is ``accept``, ``reject`` or ``inconclusive``.
@@ -613,6 +620,7 @@ def verify_bundle(
         integrity=integrity,
         replay=replay,
         executor=executor,
+        tolerance=tolerance,
     )
     ctx = Context(rep, Path(bundle), job, opts)
     try:

@@ -54,6 +54,7 @@ class FakeReport:
     payload: dict[str, Any]
     reasons: list[FakeReason] = field(default_factory=list)
     verdict_: str | None = None
+    challenged: list[int] = field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -75,17 +76,31 @@ class FakeJob:
     job_id: bytes
 
 
+VERIFY_CALLS: list[dict[str, Any]] = []  # what each fake verification was asked (tolerance)
+
+
 def fake_verify(
-    bundle_dir: Path, job: Any, *, beacon: bytes, samples: int, topq: int, workers: int = 1
+    bundle_dir: Path,
+    job: Any,
+    *,
+    beacon: bytes,
+    samples: int,
+    topq: int,
+    workers: int = 1,
+    tolerance: float | None = None,
 ) -> FakeReport:
-    """Accepts a bundle unless its manifest says ``"forged": true``."""
+    """Accepts a bundle unless its manifest says ``"forged": true``; challenges intervals
+    0, 1 and 2 (so interval 3 of a 4-interval bundle is never challenged). It does not replay:
+    a bundle with ``bad_intervals`` is accepted, as by a careless verifier."""
     manifest = json.loads((bundle_dir / "manifest.json").read_text())
+    VERIFY_CALLS.append({"tolerance": tolerance, "samples": samples})
     payload = {"root": manifest["transcript_root"], "beacon": beacon.hex(), "s": samples}
+    chal = list(range(min(3, len(manifest["checkpoints"]) - 1)))
     if manifest.get("inconclusive"):
-        return FakeReport(False, payload, [FakeReason("DATA_UNAVAILABLE")], "inconclusive")
+        return FakeReport(False, payload, [FakeReason("DATA_UNAVAILABLE")], "inconclusive", chal)
     ok = not manifest.get("forged", False)
     reasons = [] if ok else [FakeReason("REPLAY_MISMATCH")]
-    return FakeReport(ok, payload, reasons)
+    return FakeReport(ok, payload, reasons, None, chal)
 
 
 def make_bundle(
@@ -121,7 +136,7 @@ class FakeReplay:
     verdict: str
 
 
-def fake_replay(bundle_dir: Path, job: Any, index: int) -> Any:
+def fake_replay(bundle_dir: Path, job: Any, index: int, **kw: Any) -> Any:
     """The interval replays unless the manifest lists it in ``bad_intervals``; a manifest with
     ``replay_inconclusive`` gives an object whose ``verdict`` is ``inconclusive``."""
     manifest = json.loads((bundle_dir / "manifest.json").read_text())

@@ -110,3 +110,36 @@ def test_opening_a_missing_ledger_is_refused(tmp_path) -> None:
     with pytest.raises(MarketRefused) as e:
         Market(tmp_path / "none.db")
     assert e.value.reason == "NOT_INITIALISED" and not (tmp_path / "none.db").exists()
+
+
+def test_the_request_is_encoded_once_and_spliced_into_its_event(tmp_path) -> None:
+    """``SignedRequest.raw`` is ``cj(envelope)`` whatever the wire spacing or hex case, and the
+    event bytes built from it are exactly ``cj(event body)`` (SPEC V §3)."""
+    import json as _json
+
+    from market_support import World, new_market
+
+    from dk.crypto.canonical_json import canonical_json
+    from dk.market.ledger import MAX_EVENT_BODY, event_bytes
+    from dk.market.requests import parse_request as parse
+
+    m = new_market(tmp_path / "m.db")
+    w = World(m, tmp_path)
+    env = w.c["consumer"].request("deposit", amount=5)
+    env["signature"] = env["signature"].upper()  # still verifies: hex is read case-blind
+    wire = _json.dumps(env, indent=3).encode()
+    req = parse(wire, market_id=m.market_id)
+    assert req.raw == canonical_json(req.envelope)
+    m.apply(req)
+    w.to_accepted()
+    rows = m.ledger.con.execute("SELECT body FROM events WHERE seq > 0").fetchall()
+    from dk.crypto.canonical_json import parse_json
+
+    for (raw,) in rows:
+        body = parse_json(bytes(raw), limit=MAX_EVENT_BODY)
+        assert bytes(raw) == canonical_json(body)
+        if body["request"] is not None:
+            again = parse(body["request"], market_id=m.market_id)
+            assert event_bytes(body, again.raw) == bytes(raw)
+    assert m.audit().ok
+    m.close()

@@ -77,7 +77,9 @@ def clients(market_id: bytes) -> dict[str, Client]:
     return {n: Client(key(i + 1), market_id) for i, n in enumerate(names)}
 
 
-def run_to_verified(rm: RemoteMarket, c: dict[str, Client], tmp: Path, *, forged: bool) -> str:
+def run_to_verified(
+    rm: RemoteMarket, c: dict[str, Client], tmp: Path, *, forged: bool, bad: list[int] | None = None
+) -> str:
     bls = FakeBls()
     for name in c:
         rm.execute(c[name].request("deposit", amount=1000))
@@ -97,7 +99,9 @@ def run_to_verified(rm: RemoteMarket, c: dict[str, Client], tmp: Path, *, forged
     )["order_id"]
     rm.execute(c["worker"].request("bid", price=80, capacity=1, stake=60))
     rm.execute(c["consumer"].request("match", order_id=oid))
-    bundle = make_bundle(tmp / f"b-{oid}", JOB.job_id, c["worker"].account, forged=forged)
+    bundle = make_bundle(
+        tmp / f"b-{oid}", JOB.job_id, c["worker"].account, forged=forged, bad_intervals=bad
+    )
     uploaded = rm.upload_bundle(bundle)
     assert uploaded == bundle_commitment(bundle)
     rm.execute(c["worker"].request("submit", order_id=oid, **bundle_commitment(bundle)))
@@ -143,6 +147,45 @@ def test_honest_flow_over_http(remote: RemoteMarket, tmp_path: Path, clock: Cloc
     assert remote.balance(c["worker"].account) == 1000 + 80
     assert remote.info()["now"] == T0 + 1000  # the server's clock, never a client's
     assert remote.audit()["ok"] is True
+
+
+def test_whistles_and_the_treasury_over_http(
+    remote: RemoteMarket, tmp_path: Path, clock: Clock
+) -> None:
+    """The attesters missed a bad challenged interval: a false whistle funds the treasury, a
+    true one slashes them; explain and the treasury show it (SPEC V §13)."""
+    c = clients(remote.market_id)
+    oid = run_to_verified(remote, c, tmp_path, forged=False, bad=[2])
+    out = remote.verify_result(oid)
+    bls = FakeBls()
+    msg = attestation_message(remote.market_id, oid, bytes.fromhex(out["report_digest"]))
+    for n in ("v1", "v2"):
+        remote.execute(
+            c[n].request(
+                "attest",
+                order_id=oid,
+                report_digest=out["report_digest"],
+                signature=bls.sign(SK[n], msg).hex(),
+            )
+        )
+    remote.accept(oid)
+    false = remote.execute(c["consumer"].request("whistle", order_id=oid, interval=0, deposit=15))
+    assert remote.resolve_whistle(false["whistle_id"])["forfeited"] == 15
+    assert remote.treasury()["in"] == {"resolve_whistle": 15}
+    true = remote.execute(c["challenger"].request("whistle", order_id=oid, interval=2, deposit=10))
+    with pytest.raises(MarketRefused) as e:
+        remote.settle(oid)
+    assert e.value.reason == "NOT_SETTLEABLE"
+    got = remote.resolve_whistle(true["whistle_id"])
+    assert got["upheld"] and got["reward"] == 60 + 200  # worker's stake, two attesters' stakes
+    assert remote.balance(c["challenger"].account) == 1000 + 260
+    explained = remote.explain(oid, intervals=4)
+    assert [w["state"] for w in explained["whistles"]] == ["failed", "upheld"]
+    assert explained["treasury"] == 15 and remote.treasury()["conserved"]
+    with pytest.raises(MarketRefused) as e:
+        remote.resolve_whistle("w999")
+    assert e.value.reason == "UNKNOWN_WHISTLE"
+    assert remote.audit(check_bls=False)["ok"] is True
 
 
 def test_forged_bundle_flow_over_http(remote: RemoteMarket, tmp_path: Path, clock: Clock) -> None:

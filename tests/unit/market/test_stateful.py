@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from market_support import T0, Clock, FakeJob, key, make_bundle, new_market
+from market_support import T0, Clock, FakeJob, key, make_bundle, market_config, new_market
 
 from dk.errors import FormatError
 from dk.market import Client, MarketRefused, bundle_commitment
@@ -31,7 +31,10 @@ class MarketMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = Path(tempfile.mkdtemp(prefix="dk-market-"))
         self.clock = Clock()
-        self.m = new_market(self.dir / "m.db", clock=self.clock)
+        # a payout above what two attesters and a small stake bring: the treasury tops it up
+        self.m = new_market(
+            self.dir / "m.db", clock=self.clock, config=market_config(whistle_payout=500)
+        )
         self.clients = [Client(key(i + 1), self.m.market_id) for i in range(USERS)]
         # validators are accounts of their own: USERS + j, BLS secret 500 + j
         self.clients += [Client(key(20 + j), self.m.market_id) for j in range(VALIDATORS)]
@@ -39,6 +42,7 @@ class MarketMachine(RuleBasedStateMachine):
         self.net = 0  # deposits - withdrawals, as the model sees them
         self.orders: list[str] = []
         self.challenges: list[str] = []
+        self.whistles: list[str] = []
         self.validators: list[int] = []
         self.settled: dict[str, int] = {}
         for i in range(USERS):
@@ -83,8 +87,18 @@ class MarketMachine(RuleBasedStateMachine):
     def transfer(self, i: int, j: int, amount: int) -> None:
         self.do(i, "transfer", to=self.clients[j].account, amount=amount)
 
-    @rule(i=who, price=money, stake=st.integers(0, 50), span=st.integers(1, 200))
-    def order(self, i: int, price: int, stake: int, span: int) -> None:
+    @rule(
+        i=who,
+        price=money,
+        stake=st.integers(0, 50),
+        span=st.integers(1, 200),
+        fee=st.integers(0, 40),
+        profiled=st.booleans(),
+    )
+    def order(
+        self, i: int, price: int, stake: int, span: int, fee: int = 0, profiled: bool = False
+    ) -> None:
+        extra: dict[str, object] = {"fee": fee, "fee_intervals": 1 + fee % 5} if fee else {}
         out = self.do(
             i,
             "order",
@@ -92,6 +106,8 @@ class MarketMachine(RuleBasedStateMachine):
             max_price=price,
             min_stake=stake,
             deadline=self.now + span,
+            policy={"profiles": 3} if profiled else {},
+            **extra,
         )
         if out:
             self.orders.append(out["order_id"])
@@ -113,6 +129,44 @@ class MarketMachine(RuleBasedStateMachine):
         if self.orders:
             self.deliver(len(self.orders) - 1, forged, bad)
             self.attest_and_accept(len(self.orders) - 1)
+
+    @rule(
+        i=who,
+        j=who,
+        price=money,
+        fee=st.integers(0, 40),
+        tolerances=st.lists(st.sampled_from([1e-4, 1e-2, 0.012, 1.0]), min_size=3, max_size=4),
+        bad=st.booleans(),
+        whistler=who,
+        interval=st.sampled_from([1, 1, 0, 3]),
+    )
+    def whole_job_with_roles(
+        self,
+        i: int,
+        j: int,
+        price: int,
+        fee: int,
+        tolerances: list[float],
+        bad: bool,
+        whistler: int,
+        interval: int,
+    ) -> None:
+        """Profiles, a fee, a delivery (bad interval 1 missed by the attesters), a whistle."""
+        self.order(i, price, 10, 300, fee, profiled=True)
+        if not self.orders:
+            return
+        n = len(self.orders) - 1
+        for v, t in enumerate(tolerances):
+            self.profile(v, n, t)
+        self.bid(j, price, 10, 1)
+        self.do(i, "match", order_id=self.orders[n])
+        self.deliver(n, False, bad)
+        self.attest_and_accept(n)
+        self.whistle(whistler, n, 10 + fee, interval)
+        if self.whistles:
+            self.resolve_whistle(len(self.whistles) - 1)
+        self.now += 150  # past the window: release pays the fee due
+        self.settle(n)
 
     @precondition(lambda self: self.orders)
     @rule(i=who, n=st.integers(0, 100))
@@ -237,6 +291,44 @@ class MarketMachine(RuleBasedStateMachine):
     def settle(self, n: int) -> None:
         self.note_outcome(self.system(self.m.settle, self.orders[n % len(self.orders)]))
 
+    @precondition(lambda self: self.orders)
+    @rule(
+        j=st.integers(0, VALIDATORS - 1),
+        n=st.integers(0, 100),
+        tolerance=st.sampled_from([1e-4, 1e-2, 0.012, 0.02, 1.0]),
+    )
+    def profile(self, j: int, n: int, tolerance: float) -> None:
+        self.do(
+            USERS + j,
+            "profile",
+            order_id=self.orders[n % len(self.orders)],
+            job_id=JOB.job_id.hex(),
+            distance=tolerance / 10,
+            tolerance=tolerance,
+        )
+
+    @precondition(lambda self: self.orders)
+    @rule(i=who, n=st.integers(0, 100), deposit=money, interval=st.integers(0, 3))
+    def whistle(self, i: int, n: int, deposit: int, interval: int) -> None:
+        out = self.do(
+            i,
+            "whistle",
+            order_id=self.orders[n % len(self.orders)],
+            deposit=deposit,
+            interval=interval,
+        )  # true when the delivery had a bad interval 1 and the interval is 1
+        if out:
+            self.whistles.append(out["whistle_id"])
+
+    @precondition(lambda self: self.whistles)
+    @rule(n=st.integers(0, 100))
+    def resolve_whistle(self, n: int) -> None:
+        wid = self.whistles[n % len(self.whistles)]
+        oid = self.m.ledger.con.execute(
+            "SELECT order_id FROM whistles WHERE whistle_id = ?", (wid,)
+        ).fetchone()[0]
+        self.note_outcome(self.system(self.m.resolve_whistle, wid, self.dir / f"b-{oid}", JOB))
+
     @rule(dt=st.integers(1, 120))
     def advance(self, dt: int) -> None:
         self.now += dt
@@ -246,6 +338,8 @@ class MarketMachine(RuleBasedStateMachine):
         report = self.m.audit()
         assert report.ok, report.problems
         assert report.totals["held"] == self.net
+        book = self.m.treasury()
+        assert book["conserved"] and book["balance"] == book["held"] == report.totals["treasury"]
         low = self.m.ledger.con.execute(
             "SELECT MIN(amount) FROM holdings WHERE holder != 'world'"
         ).fetchone()[0]
