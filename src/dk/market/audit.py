@@ -24,6 +24,7 @@ from typing import Any, cast
 from dk.errors import FormatError
 from dk.market.attest import attestation_message
 from dk.market.beacon import TREASURY, beacon_from, draw, draw_seed, share_message, vstake
+from dk.market.cluster_audit import ClusterAudit
 from dk.market.config import MarketConfig
 from dk.market.ledger import WORLD, ZERO_HASH, Ledger, chain_problem
 from dk.market.requests import ACTIONS, parse_request
@@ -69,6 +70,7 @@ class _Auditor:
         self.config = MarketConfig()
         self.prev_head = ZERO_HASH
         self.envelope: Any = None
+        self.cluster = ClusterAudit()  # SPEC V §12.6
 
     def bad(self, seq: int, msg: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
@@ -188,10 +190,11 @@ class _Auditor:
 
     def check_draw(self, seq: int, oid: str, data: dict[str, Any]) -> None:
         o = self.orders[oid]
-        o.update(worker=data["worker"], round=0, excluded=[], shares={})
+        workers = [r["worker"] for r in data.get("ranks", [])]  # a cluster's ranks (§12.2)
+        o.update(worker=data["worker"], workers=workers, round=0, excluded=[], shares={})
         entropy = bytes.fromhex(self.envelope["signature"])
         seed = draw_seed(self.market_id, self.prev_head, oid, 0, entropy)
-        want = draw(seed, self.eligible({o["consumer"], data["worker"]}), o["n"])
+        want = draw(seed, self.eligible({o["consumer"], data["worker"], *workers}), o["n"])
         if len(want) < o["n"] or data["validators"] != want:
             self.bad(seq, f"DRAW_MISMATCH: the validators of {oid} are not the market's draw")
         o["set"] = list(data["validators"])
@@ -214,7 +217,7 @@ class _Auditor:
         withheld = [v for v in o["set"] if v not in o["shares"]]
         o["round"] += 1
         o["excluded"] += withheld
-        outside = {o["consumer"], o["worker"], *o["set"], *o["excluded"]}
+        outside = {o["consumer"], o["worker"], *o["workers"], *o["set"], *o["excluded"]}
         seed = draw_seed(self.market_id, self.prev_head, oid, o["round"], b"")
         fresh = iter(draw(seed, self.eligible(outside), len(withheld)))
         want = [v if v in o["shares"] else next(fresh, None) for v in o["set"]]
@@ -319,6 +322,7 @@ def audit_events(
                 if not bls.pop_verify(bytes.fromhex(p["bls_pk"]), bytes.fromhex(p["pop"])):
                     a.bad(seq, "validator proof of possession does not verify")
             a.effects(seq, kind, signer, body["data"])
+            a.cluster.event(seq, kind, signer, body["data"], body["moves"], a.bad)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             a.bad(seq, f"event data is malformed: {e!r}")
     folded = {h: v for h, v in a.held.items() if v}
@@ -330,7 +334,8 @@ def audit_events(
     if inside != net or folded.get(WORLD, 0) != -net:
         a.problems.append(f"conservation broken: held {inside} != deposits - withdrawals {net}")
     for oid in a.closed:
-        if folded.get(f"escrow:{oid}") or folded.get(f"stake:{oid}"):
+        held = [f"escrow:{oid}", f"stake:{oid}", *a.cluster.holders(oid)]
+        if any(folded.get(h) for h in held):
             a.problems.append(f"{oid} is settled but still holds escrow or stake")
     totals = {**a.totals, "held": inside}
     for prefix in ("acct", "escrow", "stake", "bond", "vstake"):

@@ -53,5 +53,5 @@ def settle_order(tx: Tx, order_id: str, now: int) -> None:
     tx.exec(
         "UPDATE orders SET state = ?, outcome = ? WHERE order_id = ?", (outcome, outcome, order_id)
     )
-    pay_out(tx, order, escrow_to=escrow_to, stake_to=stake_to)
-    tx.data = {"order_id": order_id, "outcome": outcome}
+    pay_out(tx, order, escrow_to=escrow_to, stake_to=stake_to, blame=None)
+    tx.data.update(order_id=order_id, outcome=outcome)

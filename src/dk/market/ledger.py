@@ -60,6 +60,11 @@ CREATE TABLE IF NOT EXISTS challenges(
     challenge_id TEXT PRIMARY KEY, order_id TEXT NOT NULL, challenger TEXT NOT NULL,
     bond INTEGER NOT NULL, interval INTEGER, counter TEXT, state TEXT NOT NULL,
     created INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS clusters(order_id TEXT PRIMARY KEY, world_size INTEGER NOT NULL,
+    batch_size INTEGER);
+CREATE TABLE IF NOT EXISTS ranks(order_id TEXT NOT NULL, slot INTEGER NOT NULL,
+    bid_id TEXT NOT NULL, worker TEXT NOT NULL, price INTEGER NOT NULL, stake INTEGER NOT NULL,
+    share INTEGER, paid INTEGER, outcome TEXT, PRIMARY KEY(order_id, slot));
 """
 
 

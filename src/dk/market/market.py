@@ -19,7 +19,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dk.market import accounts, attest, beacon, challenges, economics, matching, orders, results
+from dk.market import (
+    accounts,
+    attest,
+    beacon,
+    challenges,
+    cluster_flow,
+    economics,
+    matching,
+    orders,
+    results,
+)
 from dk.market.audit import AuditReport, audit
 from dk.market.config import Context, MarketConfig
 from dk.market.errors import MarketRefused
@@ -36,7 +46,7 @@ HANDLERS: dict[str, Handler] = {
     "cancel_order": orders.cancel_order,
     "bid": orders.place_bid,
     "cancel_bid": orders.cancel_bid,
-    "match": matching.match,
+    "match": cluster_flow.match,  # ordinary orders go on to matching.match
     "submit": results.submit,
     "register_validator": attest.register_validator,
     "unregister_validator": attest.unregister_validator,
@@ -223,7 +233,9 @@ class Market:
     def _bundle_for(self, order: sqlite3.Row, bundle_dir: str | Path, job: Any) -> dict[str, Any]:
         if bytes(job.job_id).hex() != order["job_id"]:
             raise MarketRefused("JOB_MISMATCH", "the job given is not the order's job")
-        return results.check_bundle(order, bundle_dir)
+        manifest = results.check_bundle(order, bundle_dir)
+        cluster_flow.check_bundle(self.ledger.con, order, manifest, job)  # SPEC V §12.4
+        return manifest
 
     def verify_result(
         self, order_id: str, bundle_dir: str | Path, job: Any, *, workers: int = 1
@@ -269,9 +281,13 @@ class Market:
             topq=policy["topq"],
             workers=workers,
         )
+        report, blame = cluster_flow.judge(self.ledger.con, order_id, report)
         now = self.now()
         with self.ledger.transaction("verify", at=now) as tx:
-            results.record_verification(tx, order_id, order_beacon, report, now, fixed=fixed)
+            results.record_verification(
+                tx, order_id, order_beacon, report, now, fixed=fixed, blame=blame
+            )
+            cluster_flow.record_shares(tx, order_id, job)
             out = dict(tx.data)
         out["report"] = report.to_dict()
         return out
@@ -366,14 +382,15 @@ class Market:
             raise MarketRefused("BAD_STATE", f"{challenge_id} is already {ch['state']}")
         manifest = self._bundle_for(self.order(ch["order_id"]), bundle_dir, job)
         interval = challenges.disputed_interval(ch, manifest)
-        verdict = (
-            "accept"
-            if interval is None
-            else results.verdict_of(self._replay(Path(bundle_dir), job, interval))
+        result, blame = cluster_flow.judge(
+            self.ledger.con,
+            ch["order_id"],
+            None if interval is None else self._replay(Path(bundle_dir), job, interval),
         )
+        verdict = "accept" if result is None else results.verdict_of(result)
         now = self.now()
         with self.ledger.transaction("resolve", at=now) as tx:
-            challenges.record_resolution(tx, challenge_id, interval, verdict, now)
+            challenges.record_resolution(tx, challenge_id, interval, verdict, now, blame=blame)
             return dict(tx.data)
 
     def settle(self, order_id: str) -> dict[str, Any]:
@@ -431,6 +448,7 @@ class Market:
             )
         ]
         order["bids"] = matching.explain(con, order_id)
+        order.update(cluster_flow.show(con, order_id, order["bids"]))  # SPEC V §12
         return order
 
     def book(self) -> dict[str, list[dict[str, Any]]]:

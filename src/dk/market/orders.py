@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dk.market import fields
+from dk.market import cluster, fields
 from dk.market.accounts import acct
 from dk.market.config import Context
 from dk.market.errors import MarketRefused
@@ -37,13 +37,16 @@ def place_order(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
         MarketRefused: ``INSUFFICIENT_FUNDS``, ``DEADLINE_PASSED``.
     """
     p = req.params
-    fields.only(p, {"job_id", "max_price", "min_stake", "deadline"}, {"policy", "tags"})
+    fields.only(
+        p, {"job_id", "max_price", "min_stake", "deadline"}, {"policy", "tags", "world_size"}
+    )
     job_id = fields.digest_hex(p, "job_id")
     max_price = fields.amount(p, "max_price")
     min_stake = fields.integer(p, "min_stake")
     deadline = fields.integer(p, "deadline", 0, 2**62)
     policy = fields.policy(p, ctx.config.policy_defaults())
     tags = fields.tags(p)
+    world_size = cluster.world_size_param(p)
     if deadline <= now:
         raise MarketRefused("DEADLINE_PASSED", f"deadline {deadline} is not after now {now}")
     order_id = f"o{tx.seq}"
@@ -64,6 +67,9 @@ def place_order(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     )
     tx.move(acct(req.account), escrow(order_id), max_price)
     tx.data = {"order_id": order_id, "job_id": job_id, "policy": policy}
+    if world_size > 1:  # a cluster order (SPEC V §12)
+        tx.exec("INSERT INTO clusters(order_id, world_size) VALUES(?, ?)", (order_id, world_size))
+        tx.data["world_size"] = world_size
 
 
 def place_bid(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
