@@ -252,18 +252,23 @@ def order(
     k: int | None,
     window: int | None,
 ) -> dict[str, Any]:
-    """Order the job in --job, escrowing --max-price."""
+    """Order the job in --job, escrowing --max-price (a cluster of the job's
+    train.world_size workers when it is above 1: SPEC Part V §12)."""
+    from dk.market.cluster import job_world_size
+
     policy = {n: v for n, v in (("k", k), ("window", window)) if v is not None}
-    job_id = _job(job_path).job_id.hex()
+    job = _job(job_path)
+    cluster = {"world_size": job_world_size(job)} if job_world_size(job) > 1 else {}
     with _open(db, now) as m:
         req = _client(m, keyfile).request(
             "order",
-            job_id=job_id,
+            job_id=job.job_id.hex(),
             max_price=max_price,
             min_stake=min_stake,
             deadline=m.now() + deadline,
             policy=policy,
             tags=_tags(tag),
+            **cluster,
         )
         return m.execute(req)
 

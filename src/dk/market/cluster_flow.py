@@ -211,38 +211,58 @@ def record_shares(tx: Tx, order_id: str, job: Any) -> None:
 def pay_out(tx: Tx, order: Any, *, escrow_to: str, stake_to: str, blame: list[int] | None) -> None:
     """Empty a cluster order's escrow and rank stakes (SPEC V §12.5).
 
-    ``escrow_to == order["worker"]`` (release) pays each rank its recorded share; otherwise
-    the whole escrow goes to ``escrow_to``. ``stake_to == order["worker"]`` returns every rank
-    its own stake; otherwise the stakes of :func:`dk.market.cluster.guilty_ranks` go to
-    ``stake_to`` and the others return to their workers. Records ``ranks_out`` in the event.
+    ``escrow_to == order["worker"]`` (release) pays each rank its recorded share
+    (:func:`release_ranks`); otherwise the whole escrow goes to ``escrow_to``.
+    ``stake_to == order["worker"]`` returns every rank its own stake; otherwise the stakes of
+    :func:`dk.market.cluster.guilty_ranks` go to ``stake_to`` and the others return to their
+    workers. Records ``ranks_out`` (and ``blame`` when a rank is guilty) in the event.
     """
     oid = order["order_id"]
-    slots = ranks(tx.con, oid)
-    held = tx.amount(escrow(oid))
-    if escrow_to == order["worker"]:
-        if any(r["share"] is None for r in slots) or sum(r["share"] for r in slots) != held:
+    if escrow_to == order["worker"] and stake_to == order["worker"]:
+        release_ranks(tx, order)
+        if tx.amount(escrow(oid)):
             raise RuntimeError(f"{oid}: the recorded shares do not add up to the escrow")
-        for r in slots:
-            if r["share"]:
-                tx.move(escrow(oid), acct(r["worker"]), r["share"])
-    elif held:
+        return
+    held = tx.amount(escrow(oid))
+    if held:
         tx.move(escrow(oid), acct(escrow_to), held)
+    slots = ranks(tx.con, oid)
     guilty = set() if stake_to == order["worker"] else set(cluster.guilty_ranks(blame, len(slots)))
+    _stakes_out(tx, oid, slots, {r["rank"]: 0 for r in slots}, guilty, stake_to)
+    if guilty:
+        tx.data["blame"] = blame
+
+
+def release_ranks(tx: Tx, order: Any) -> int:
+    """Pay each rank of an accepted cluster order its share out of the escrow and return
+    every rank its stake (SPEC V §12.5). Returns the total paid (the price); anything else
+    the escrow holds is left to the caller. Records ``ranks_out`` in the event."""
+    oid = order["order_id"]
+    slots = ranks(tx.con, oid)
+    if any(r["share"] is None for r in slots):
+        raise RuntimeError(f"{oid}: no shares recorded (the order was never verified)")
+    for r in slots:
+        if r["share"]:
+            tx.move(escrow(oid), acct(r["worker"]), r["share"])
+    _stakes_out(tx, oid, slots, {r["rank"]: r["share"] for r in slots}, set(), "")
+    return sum(r["share"] for r in slots)
+
+
+def _stakes_out(
+    tx: Tx, oid: str, slots: list[dict[str, Any]], paid: dict[int, int], guilty: set[int], to: str
+) -> None:
     out = []
     for r in slots:
-        paid = r["share"] if escrow_to == order["worker"] else 0
-        to = stake_to if r["rank"] in guilty else r["worker"]
+        dst = to if r["rank"] in guilty else r["worker"]
         amount = tx.amount(rank_stake(oid, r["rank"]))
         if amount:
-            tx.move(rank_stake(oid, r["rank"]), acct(to), amount)
+            tx.move(rank_stake(oid, r["rank"]), acct(dst), amount)
         outcome = "slashed" if r["rank"] in guilty else "returned"
         tx.exec(
             "UPDATE ranks SET paid = ?, outcome = ? WHERE order_id = ? AND slot = ?",
-            (paid, outcome, oid, r["rank"]),
+            (paid[r["rank"]], outcome, oid, r["rank"]),
         )
-        out.append({"rank": r["rank"], "paid": paid, "stake": amount, "stake_to": to})
-    if guilty:
-        tx.data["blame"] = blame
+        out.append({"rank": r["rank"], "paid": paid[r["rank"]], "stake": amount, "stake_to": dst})
     tx.data["ranks_out"] = out
 
 

@@ -47,7 +47,13 @@ def test_dialect_translation() -> None:
 def test_the_market_suite_runs_on_postgresql(pg: PgServer) -> None:
     """The embedded market's own tests (flow, hypothesis conservation, bisection, matching,
     audit) run unchanged against PostgreSQL: market_support puts every ledger there."""
-    suite = ["test_flow.py", "test_stateful.py", "test_bisection.py", "test_matching.py"]
+    suite = [
+        "test_flow.py",
+        "test_stateful.py",
+        "test_bisection.py",
+        "test_matching.py",
+        "test_cluster.py",
+    ]
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
         + [str(ROOT / "tests/unit/market" / f) for f in suite],
