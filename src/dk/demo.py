@@ -119,6 +119,9 @@ def main(argv: list[str]) -> int:
     if market_ok is False:
         console.print("[bold red]demo failed in the market[/]")
         return 1
+    if _cluster_part(work, key_path) is False:
+        console.print("[bold red]demo failed in the market's cluster job[/]")
+        return 1
 
     console.print(
         f"\n[bold green]demo complete[/] in {time.perf_counter() - t_start:.0f} s; files in {work}/"
@@ -153,6 +156,55 @@ def _market_part(
         "dk market … --db market.db",
     )
     return run_demo(bundle, job_path, work / "market", _say, worker_key=key)
+
+
+def make_cluster_bundle(workdir: Path, rank0_key: Path) -> tuple[Path, Path, list[Path]] | None:
+    """The 2-rank bundle of step 9 (wiring point for issue 14 §2's data-parallel training).
+
+    To do, once W = 2 training is in this build: write ``workdir/job.toml`` (the demo's digits
+    job with ``train.world_size = 2``), a second worker key ``workdir/rank-1.key`` (rank 0 is
+    ``rank0_key``), train the job on two ranks (``torch.distributed``, gloo), prove it with
+    rank 0's key so that the manifest lists both ranks and both ``rank_signatures`` (SPEC
+    Part V §12.4), and return ``(bundle, job.toml, [rank0_key, rank-1.key])``.
+
+    Returns:
+        The bundle, its job file and the rank key files in rank order; None while this build
+        cannot train a W = 2 job (step 9 is then skipped with one line).
+    """
+    from dk.errors import FormatError
+    from dk.pol import default_job
+
+    try:  # this build's jobs know train.world_size only with the data-parallel training
+        default_job(steps=60, interval=10, base_dir=workdir).with_updates(train={"world_size": 2})
+    except FormatError:
+        return None
+    return None  # wire the two-rank training and proving here (issue 14 §2)
+
+
+def _cluster_part(work: Path, key_path: Path) -> bool | None:
+    """Step 9: a 2-worker cluster job through ``dk market serve`` (SPEC Part V §12): both
+    workers bid, the match fills the rank slots, the release pays each rank its share. None
+    when skipped (no 2-rank bundle in this build, or no server extra)."""
+    import importlib.util
+
+    step(
+        "9. a 2-worker cluster job through the market: two workers bid, the consumer's match "
+        "fills rank slots 0 and 1, rank 0 submits, the release pays each rank by its samples",
+        "dk market order --job cluster/job.toml (train.world_size = 2) … --url http://…",
+    )
+    made = make_cluster_bundle(work / "cluster", key_path)
+    if made is None:
+        console.print("skipped: this build cannot train a train.world_size = 2 job yet")
+        return None
+    if not all(importlib.util.find_spec(m) for m in ("uvicorn", "starlette", "httpx")):
+        console.print("skipped: the cluster demo runs on the server (pip install 'dk-pol[server]')")
+        return None
+    from dk.market.demo_server import run_served_cluster_demo
+
+    bundle, job_path, rank_keys = made
+    return run_served_cluster_demo(
+        bundle, job_path, work / "market-cluster", _say, rank_keys=rank_keys
+    )
 
 
 def _say(line: str) -> None:
