@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from market_support import T0, World, fake_replay, fake_verify, key, new_market
 
 from dk.crypto.keys import SigningKey
@@ -363,3 +366,94 @@ def test_three_ranks_and_a_redraw_exclude_every_worker(tmp_path: Path) -> None:
     report = m.audit(check_bls=False)
     assert report.ok, report.problems
     m.close()
+
+
+WORKERS = ("worker", "worker2", "worker3", "worker4")
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    size=st.integers(2, 4),
+    batch=st.integers(1, 40),
+    bids=st.lists(st.tuples(st.integers(1, 50), st.integers(0, 60)), min_size=4, max_size=4),
+    outcome=st.sampled_from(["release", "reject", "challenge", "timeout", "late"]),
+    blame=st.sets(st.integers(0, 3), max_size=3),
+)
+def test_any_cluster_outcome_conserves_money_and_audits(
+    size: int,
+    batch: int,
+    bids: list[tuple[int, int]],
+    outcome: str,
+    blame: set[int],
+) -> None:
+    """Split payments and per-rank slashes, against a model of who gets what."""
+    blamed = sorted(r for r in blame if r < size)
+    with tempfile.TemporaryDirectory() as d:
+        m = new_market(Path(d) / "m.db", verify=cluster_verify, replay=cluster_replay)
+        try:
+            cl = Cluster(m, Path(d), world_size=size, batch_size=batch)
+            w = cl.w
+            w.c["worker4"] = Client(key(31), m.market_id)
+            cl.keys["worker4"] = key(31)
+            w.do("worker4", "deposit", amount=1000)
+            names = WORKERS[:size]
+            oid = cl.order(max_price=50 * size + 7)
+            for n, (price, stake) in zip(names, bids, strict=False):
+                w.do(n, "bid", price=price, capacity=1, stake=max(stake, 20))
+            out = w.do("consumer", "match", order_id=oid)
+            by_account = {c.account: n for n, c in w.c.items()}
+            ranks = [by_account[r["worker"]] for r in out["ranks"]]
+            order = sorted(names, key=lambda n: (bids[names.index(n)][0], names.index(n)))
+            assert ranks == order
+            stake = {n: max(bids[names.index(n)][1], 20) for n in names}
+            price = size * max(bids[names.index(n)][0] for n in names)
+            assert out["price"] == price
+            want = {n: 1000 for n in (*names, "consumer", "challenger")}
+            want["consumer"] -= price
+            flags: dict[str, Any] = {"forged": outcome == "reject", "blame": blamed}
+            if outcome == "challenge":
+                flags.update(bad_intervals=[1], replay_blame=blamed)
+            if outcome != "timeout":
+                bundle = cluster_bundle(
+                    Path(d) / "b", cl.job.job_id, [cl.keys[n] for n in ranks], **flags
+                )
+                w.do(ranks[0], "submit", order_id=oid, **bundle_commitment(bundle))
+                w.share(oid)
+            guilty = [ranks[r] for r in (blamed or [0])]
+            if outcome == "timeout":
+                w.at(T0 + 1000).settle(oid)
+                want["consumer"] += price + sum(stake.values())
+                for n in names:
+                    want[n] -= stake[n]
+            elif outcome == "late":
+                w.at(T0 + 1000).settle(oid)
+                want["consumer"] += price
+            elif outcome == "reject":
+                assert w.at(T0 + 10).verify_result(oid, bundle, cl.job)["verdict"] == "reject"
+                want["consumer"] += price + sum(stake[n] for n in guilty)
+                for n in guilty:
+                    want[n] -= stake[n]
+            else:
+                w.at(T0 + 10).verify_result(oid, bundle, cl.job)
+                w.attest(oid, ["v1", "v2"])
+                w.at(T0 + 20).accept(oid)
+                if outcome == "release":
+                    w.at(T0 + 120).settle(oid)
+                    for n, share in zip(ranks, rank_shares(price, size, batch), strict=True):
+                        want[n] += share
+                else:
+                    cid = w.do(
+                        "challenger", "challenge", now=T0 + 30, order_id=oid, bond=5, interval=1
+                    )["challenge_id"]
+                    assert w.at(T0 + 40).resolve_challenge(cid, bundle, cl.job)["upheld"]
+                    want["consumer"] += price
+                    want["challenger"] += sum(stake[n] for n in guilty) + 2 * 100
+                    for n in guilty:
+                        want[n] -= stake[n]
+            assert {n: cl.bal(n) for n in want} == want
+            assert all(m.holding(rank_stake(oid, r)) == 0 for r in range(size))
+            assert m.holding(f"escrow:{oid}") == 0
+            report = m.audit(check_bls=False)
+            assert report.ok, report.problems
+        finally:
+            m.close()
