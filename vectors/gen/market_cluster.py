@@ -146,7 +146,9 @@ def _manifest(keys: list[SigningKey], signers: list[SigningKey] | None = None) -
         "worker_key": keys[0].verify_key.hex(),
         "transcript_root": ROOT.hex(),
         "checkpoints": [],
-        "ranks": [{"rank": r, "worker_key": k.verify_key.hex()} for r, k in enumerate(keys)],
+        "ext": {
+            "ranks": [{"rank": r, "worker_key": k.verify_key.hex()} for r, k in enumerate(keys)]
+        },
         "rank_signatures": [rank_signature(s, JOB_ID, ROOT, r) for r, s in enumerate(signers)],
     }
 
@@ -155,13 +157,13 @@ def _manifest_cases(cases: list[dict[str, Any]]) -> None:
     k = RANK_KEYS
 
     def add(comment: str, manifest: dict[str, Any], reason: str | None = None) -> None:
-        keys = [] if reason else [r["worker_key"] for r in manifest["ranks"]]
+        keys = [] if reason else [r["worker_key"] for r in manifest["ext"]["ranks"]]
         _case(cases, "manifest", comment, reason, manifest=manifest, rank_keys=keys)
 
     add("2 ranks, both signed", _manifest(k[:2]))
     add("3 ranks, all signed", _manifest(k))
     m = _manifest(k[:2])
-    m["ranks"].reverse()
+    m["ext"]["ranks"].reverse()
     add("ranks listed out of order", m, "BUNDLE_MISMATCH")
     m = _manifest(k[:2])
     m["worker_key"] = k[1].verify_key.hex()
@@ -171,8 +173,11 @@ def _manifest_cases(cases: list[dict[str, Any]]) -> None:
     add("one signature missing", m, "BUNDLE_MISMATCH")
     add("rank 0 signed for rank 1 (framing)", _manifest(k[:2], [k[0], k[0]]), "BUNDLE_MISMATCH")
     m = _manifest(k[:2])
-    m["ranks"][1]["extra"] = 1
+    m["ext"]["ranks"][1]["extra"] = 1
     add("a rank entry with an unknown field", m, "BUNDLE_MISMATCH")
+    m = _manifest(k[:2])
+    m["ranks"] = m.pop("ext")["ranks"]
+    add("ranks at the top level instead of in the run's ext", m, "BUNDLE_MISMATCH")
 
 
 class _Clock:

@@ -90,14 +90,17 @@ def rank_message(job_id: bytes, transcript_root: bytes, rank: int, worker_key: b
 def manifest_ranks(manifest: dict[str, Any]) -> tuple[list[str], list[str]]:
     """The ranks' worker keys and signatures of a W-rank bundle's manifest (rank order).
 
-    Reads ``"ranks": [{"rank": r, "worker_key": HEX32}]`` (``r = 0..W-1`` in order) and
-    ``"rank_signatures": [HEX64, ...]`` (one per rank); rank 0's key must be the manifest's
-    ``worker_key``. A minimal reader: the verifier parses the rest of the bundle.
+    Reads the run's extension ``"ext": {"ranks": [{"rank": r, "worker_key": HEX32}]}``
+    (``r = 0..W-1`` in order; Part I §11.6) and the top-level ``"rank_signatures": [HEX64,
+    ...]`` (one per rank); rank 0's key must be the manifest's ``worker_key``. A minimal
+    reader: the verifier parses and checks the rest of the bundle.
 
     Raises:
         FormatError: if either list is missing or malformed.
     """
-    ranks, sigs = manifest.get("ranks"), manifest.get("rank_signatures")
+    ext = manifest.get("ext")
+    ranks = ext.get("ranks") if isinstance(ext, dict) else None
+    sigs = manifest.get("rank_signatures")
     if not isinstance(ranks, list) or not 1 <= len(ranks) <= MAX_WORLD:
         raise FormatError(f"manifest ranks must list 1..{MAX_WORLD} ranks")
     if not isinstance(sigs, list) or len(sigs) != len(ranks):

@@ -66,7 +66,9 @@ def cluster_bundle(
         "worker_key": keys[0].verify_key.hex(),
         "transcript_root": root,
         "checkpoints": [{"root": r} for r in roots],
-        "ranks": [{"rank": r, "worker_key": k.verify_key.hex()} for r, k in enumerate(keys)],
+        "ext": {
+            "ranks": [{"rank": r, "worker_key": k.verify_key.hex()} for r, k in enumerate(keys)]
+        },
         "rank_signatures": [
             rank_signature(s, job_id, bytes.fromhex(root), r) for r, s in enumerate(signers)
         ],
@@ -296,7 +298,7 @@ def test_the_bundle_must_be_the_orders_cluster(cl: Cluster, case: str, why: str)
     if case == "no_signatures":
         del manifest["rank_signatures"]
     if case == "out_of_order":
-        manifest["ranks"][0]["rank"], manifest["ranks"][1]["rank"] = 1, 0
+        manifest["ext"]["ranks"][0]["rank"], manifest["ext"]["ranks"][1]["rank"] = 1, 0
     (bundle / "manifest.json").write_text(json.dumps(manifest))
     cl.w.do("worker", "submit", order_id=oid, **bundle_commitment(bundle))
     cl.w.share(oid)
