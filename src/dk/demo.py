@@ -159,26 +159,39 @@ def _market_part(
 
 
 def make_cluster_bundle(workdir: Path, rank0_key: Path) -> tuple[Path, Path, list[Path]] | None:
-    """The 2-rank bundle of step 9 (wiring point for issue 14 §2's data-parallel training).
+    """The 2-rank bundle of step 9: the demo's digits job with ``train.world_size = 2``,
+    trained on two ranks and proved with both ranks' signatures (SPEC §8.5, §11.6).
 
-    To do, once W = 2 training is in this build: write ``workdir/job.toml`` (the demo's digits
-    job with ``train.world_size = 2``), a second worker key ``workdir/rank-1.key`` (rank 0 is
-    ``rank0_key``), train the job on two ranks (``torch.distributed``, gloo), prove it with
-    rank 0's key so that the manifest lists both ranks and both ``rank_signatures`` (SPEC
-    Part V §12.4), and return ``(bundle, job.toml, [rank0_key, rank-1.key])``.
+    The ranks are threads of this process with a rank-ordered all-gather
+    (``dk.dist.local.train_threads``, issue 14 §2); ``torchrun`` or Ray would train the same
+    bits. Rank 0 signs with ``rank0_key``; rank 1's key is written to ``workdir/rank-1.key``.
 
     Returns:
-        The bundle, its job file and the rank key files in rank order; None while this build
-        cannot train a W = 2 job (step 9 is then skipped with one line).
+        ``(bundle, job.toml, [rank0_key, rank-1.key])``; None when this build has no
+        data-parallel training (step 9 is then skipped with one line).
     """
+    from dk.crypto.keys import SigningKey, load_signing_key
     from dk.errors import FormatError
     from dk.pol import default_job
+    from dk.prover import prove_run
 
-    try:  # this build's jobs know train.world_size only with the data-parallel training
-        default_job(steps=60, interval=10, base_dir=workdir).with_updates(train={"world_size": 2})
-    except FormatError:
+    try:
+        from dk.dist.local import train_threads
+
+        job = default_job(steps=100, interval=10, base_dir=workdir).with_updates(
+            train={"world_size": 2}
+        )
+    except (ImportError, FormatError):  # jobs know train.world_size only with dk.dist
         return None
-    return None  # wire the two-rank training and proving here (issue 14 §2)
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    job_path, rank1 = workdir / "job.toml", workdir / "rank-1.key"
+    job_path.write_text(job.to_toml())
+    SigningKey.generate().save(rank1)
+    keys = [load_signing_key(rank0_key), load_signing_key(rank1)]
+    train_threads(job, workdir / "run", keys)
+    prove_run(workdir / "run", job, keys[0], workdir / "bundle")
+    return workdir / "bundle", job_path, [rank0_key, rank1]
 
 
 def _cluster_part(work: Path, key_path: Path) -> bool | None:

@@ -293,11 +293,12 @@ def _flow(
     say(
         f"market: consumer matches {oid} with {matched['bid_id']} at price {matched['price']}; "
         f"the market draws {', '.join(drawn)}"
+        + (" (no rank's worker can be drawn)" if size > 1 else "")
     )
     for r in matched.get("ranks", []):
         say(
             f"market:   rank {r['rank']} → {who[r['worker']]} (bid {r['bid_id']}, stake "
-            f"{r['stake']} locked for this rank); validators exclude every rank's worker"
+            f"{r['stake']} locked for this rank)"
         )
     rank0 = who[matched["worker"]]
     dk("market", "submit", *u, "--key", key[rank0], oid, bundle, "--json")
