@@ -287,9 +287,9 @@ def generate(root: Path) -> None:
             {"write": {"signature.hex": (sig.strip() + b" " * 200 + b"\n").hex()}},
         ),
         (
-            "manifest version 2",
+            "manifest version 3",
             "UNSUPPORTED_VERSION",
-            {"write": {"manifest.json": manifest.replace(b'"version":1', b'"version":2').hex()}},
+            {"write": {"manifest.json": manifest.replace(b'"version":2', b'"version":3').hex()}},
         ),
     ]
     for why, reason, recipe in recipes:

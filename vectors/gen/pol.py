@@ -978,7 +978,7 @@ def _manifest() -> dict[str, Any]:
     roots = [tagged_hash(TAG_LEAF, b"checkpoint", bytes([j])) for j in range(4)]
     m: dict[str, Any] = {
         "format": "dk-pol-bundle",
-        "version": 1,
+        "version": 2,
         "chunk_size": 65536,
         "job_id": tagged_hash(TAG_JOB, b"vector job").hex(),
         "worker_key": "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
@@ -1064,7 +1064,27 @@ def transcript_cases() -> list[Case]:
             "MANIFEST_MALFORMED",
         ),
         ("format misspelt", mutated(lambda mm: mm.update(format="dk-pol")), "MANIFEST_MALFORMED"),
-        ("version 2", mutated(lambda mm: mm.update(version=2)), "UNSUPPORTED_VERSION"),
+        (
+            "version 1 (leaves without the ext digest)",
+            mutated(lambda mm: mm.update(version=1)),
+            "UNSUPPORTED_VERSION",
+        ),
+        ("version 3", mutated(lambda mm: mm.update(version=3)), "UNSUPPORTED_VERSION"),
+        (
+            "run ext with a key no extension defines (SPEC §11.5)",
+            mutated(lambda mm: mm.update(ext={"unknown": 1})),
+            "MANIFEST_MALFORMED",
+        ),
+        (
+            "interval ext that is an empty object (SPEC §11.5)",
+            mutated(lambda mm: mm["intervals"][0].update(ext={})),
+            "MANIFEST_MALFORMED",
+        ),
+        (
+            "interval ext that is a list",
+            mutated(lambda mm: mm["intervals"][1].update(ext=[1])),
+            "MANIFEST_MALFORMED",
+        ),
         ("chunk_size 4096", mutated(lambda mm: mm.update(chunk_size=4096)), "MANIFEST_MALFORMED"),
         (
             "uppercase hex job_id",
@@ -1150,6 +1170,7 @@ def _root_with_f32_norms(m: dict[str, Any]) -> bytes:
                 bytes.fromhex(ck["root"]),
                 bytes.fromhex(iv["batch_commitment"]) if iv else bytes(32),
                 struct.pack("<f", iv["update_norm"] if iv else 0.0),
+                bytes(32),
             )
         )
     return merkle_root([leaf_hash(x) for x in leaves])

@@ -46,6 +46,7 @@ class IntervalEntry:
     end_step: int
     batch_commitment: str
     update_norm: float
+    ext: dict[str, Any] | None = None  # the interval's ``ext`` object (SPEC §11.5), if any
 
 
 @dataclass
@@ -59,6 +60,7 @@ class RunInfo:
     checkpoints: list[CheckpointEntry] = field(default_factory=list)
     intervals: list[IntervalEntry] = field(default_factory=list)
     complete: bool = False
+    ext: dict[str, Any] | None = None  # the run's ``ext`` object (SPEC §11.5), if any
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -78,6 +80,7 @@ class RunInfo:
                 complete=bool(d["complete"]),
                 checkpoints=[CheckpointEntry(**c) for c in d["checkpoints"]],
                 intervals=[IntervalEntry(**i) for i in d["intervals"]],
+                ext=d.get("ext"),
             )
         except (KeyError, TypeError) as e:
             raise FormatError(f"run.json is malformed: {e}") from None

@@ -3,18 +3,24 @@
 Transcript leaves (each a 32-byte tagged hash, then hashed as a Merkle leaf)::
 
     header  = H("dk/v1/transcript/header", job_id || worker_key || data_root
-                || u64(k) || u64(steps) || u64(m + 1))
+                || u64(k) || u64(steps) || u64(m + 1) || ext(run))
     leaf_j  = H("dk/v1/transcript/leaf", u64(j) || u64(step_j) || root_j
-                || batch_commitment_j || f64(update_norm_j))          for j = 0..m
+                || batch_commitment_j || f64(update_norm_j) || ext(interval_{j-1}))  j = 0..m
 
 where ``batch_commitment_j`` and ``update_norm_j`` describe interval ``j - 1`` (the one ending at
 checkpoint ``j``; 32 zero bytes and 0.0 for ``j = 0``). ``transcript_root`` is the Merkle root
 over ``[header, leaf_0, …, leaf_m]``. The worker signs
 ``H("dk/v1/signature", job_id || transcript_root || worker_key)`` with Ed25519.
+
+``ext(x)`` is the digest of the optional ``ext`` object of the run or of an interval (SPEC
+§11.5): 32 zero bytes when there is none, else ``H("dk/v1/transcript/ext", canonical_json(ext))``.
+Which keys an ``ext`` object may hold, and their values, is fixed by :data:`RUN_EXTENSIONS` and
+:data:`INTERVAL_EXTENSIONS`; any other key is ``MANIFEST_MALFORMED``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, cast
@@ -22,6 +28,7 @@ from typing import Any, cast
 from dk.crypto.canonical_json import canonical_json, parse_json
 from dk.crypto.hashing import (
     TAG_SIGNATURE,
+    TAG_TRANSCRIPT_EXT,
     TAG_TRANSCRIPT_HEADER,
     TAG_TRANSCRIPT_LEAF,
     f64,
@@ -33,7 +40,7 @@ from dk.crypto.merkle import leaf_hash, merkle_root
 from dk.errors import FormatError
 
 BUNDLE_FORMAT = "dk-pol-bundle"
-BUNDLE_VERSION = 1
+BUNDLE_VERSION = 2
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_CHECKPOINTS = 100_000
 ZERO32 = bytes(32)
@@ -51,9 +58,22 @@ _TOP_KEYS = {
     "intervals",
     "transcript_root",
 }
-_OPTIONAL_TOP = {"proofs"}
+_OPTIONAL_TOP = {"proofs", "ext"}
 _CK_KEYS = {"index", "step", "root", "blob", "nbytes"}
 _IV_KEYS = {"index", "start_step", "end_step", "batch_commitment", "update_norm"}
+_OPTIONAL_IV = {"ext"}
+MAX_EXT_BYTES = 65536
+
+#: A validator of one extension value: raises ``ValueError`` with a short message when the
+#: value is not what the extension's SPEC section allows. ``where`` names it in the message.
+ExtensionCheck = Callable[[Any, str], None]
+
+#: Keys a manifest's top-level ``ext`` object may hold (SPEC §11.5), each with its validator.
+#: A feature that commits run-wide claims adds its key here and its section to SPEC.
+RUN_EXTENSIONS: dict[str, ExtensionCheck] = {}
+
+#: Keys an interval's ``ext`` object may hold (SPEC §11.5), each with its validator.
+INTERVAL_EXTENSIONS: dict[str, ExtensionCheck] = {}
 
 
 def _bad(msg: str) -> FormatError:
@@ -80,6 +100,7 @@ class ManifestInterval:
     end_step: int
     batch_commitment: bytes
     update_norm: float
+    ext: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +133,7 @@ class Manifest:
                 i["end_step"],
                 bytes.fromhex(i["batch_commitment"]),
                 float(i["update_norm"]),
+                i.get("ext"),
             )
             for i in self.raw["intervals"]
         )
@@ -133,6 +155,11 @@ class Manifest:
         return bytes.fromhex(self.raw["data_root"])
 
     @property
+    def ext(self) -> dict[str, Any] | None:
+        """The run's ``ext`` object (SPEC §11.5), or ``None``."""
+        return cast("dict[str, Any] | None", self.raw.get("ext"))
+
+    @property
     def checkpoints(self) -> list[dict[str, Any]]:
         return cast("list[dict[str, Any]]", self.raw["checkpoints"])
 
@@ -145,6 +172,13 @@ class Manifest:
         return canonical_json(self.raw)
 
 
+def ext_digest(ext: Mapping[str, Any] | None) -> bytes:
+    """The 32-byte digest of an ``ext`` object (SPEC §11.5); zero bytes for none."""
+    if ext is None:
+        return ZERO32
+    return tagged_hash(TAG_TRANSCRIPT_EXT, canonical_json(dict(ext)))
+
+
 def header_leaf(
     job_id: bytes,
     worker_key: bytes,
@@ -152,8 +186,9 @@ def header_leaf(
     interval: int,
     steps: int,
     n_checkpoints: int,
+    ext: Mapping[str, Any] | None = None,
 ) -> bytes:
-    """The transcript's header leaf (SPEC §11.1)."""
+    """The transcript's header leaf (SPEC §11.1); ``ext`` is the run's ``ext`` object."""
     return tagged_hash(
         TAG_TRANSCRIPT_HEADER,
         job_id,
@@ -162,15 +197,30 @@ def header_leaf(
         u64(interval),
         u64(steps),
         u64(n_checkpoints),
+        ext_digest(ext),
     )
 
 
 def checkpoint_leaf(
-    index: int, step: int, root: bytes, batch_commitment: bytes, norm: float
+    index: int,
+    step: int,
+    root: bytes,
+    batch_commitment: bytes,
+    norm: float,
+    ext: Mapping[str, Any] | None = None,
 ) -> bytes:
-    """The transcript leaf of checkpoint ``index`` (SPEC §11.1)."""
+    """The transcript leaf of checkpoint ``index`` (SPEC §11.1).
+
+    ``ext`` is the ``ext`` object of the interval ending at this checkpoint (none for 0).
+    """
     return tagged_hash(
-        TAG_TRANSCRIPT_LEAF, u64(index), u64(step), root, batch_commitment, f64(norm)
+        TAG_TRANSCRIPT_LEAF,
+        u64(index),
+        u64(step),
+        root,
+        batch_commitment,
+        f64(norm),
+        ext_digest(ext),
     )
 
 
@@ -184,6 +234,7 @@ def transcript_leaves(m: dict[str, Any]) -> list[bytes]:
             m["interval"],
             m["steps"],
             len(m["checkpoints"]),
+            m.get("ext"),
         )
     ]
     for ck in m["checkpoints"]:
@@ -196,6 +247,7 @@ def transcript_leaves(m: dict[str, Any]) -> list[bytes]:
                 bytes.fromhex(ck["root"]),
                 bytes.fromhex(iv["batch_commitment"]) if iv else ZERO32,
                 float(iv["update_norm"]) if iv else 0.0,
+                iv.get("ext") if iv else None,
             )
         )
     return leaves
@@ -222,6 +274,22 @@ def _hex(v: Any, what: str) -> None:
         parse_hex_digest(v, what=what)
     except FormatError as e:
         raise _bad(str(e)) from None
+
+
+def _check_ext(ext: Any, allowed: Mapping[str, ExtensionCheck], where: str) -> None:
+    """SPEC §11.5: a non-empty object of known keys, each value valid, bounded in size."""
+    if not isinstance(ext, dict) or not ext:
+        raise _bad(f"{where} ext must be a non-empty object")
+    unknown = sorted(set(ext) - set(allowed))
+    if unknown:
+        raise _bad(f"{where} ext has unknown key(s) {unknown}")
+    if len(canonical_json(ext)) > MAX_EXT_BYTES:
+        raise _bad(f"{where} ext is over {MAX_EXT_BYTES} bytes")
+    for key in sorted(ext):
+        try:
+            allowed[key](ext[key], f"{where} ext.{key}")
+        except ValueError as e:
+            raise _bad(str(e)) from None
 
 
 def parse_manifest(data: bytes) -> Manifest:
@@ -272,8 +340,11 @@ def parse_manifest(data: bytes) -> Manifest:
         if not isinstance(ck["blob"], str) or len(ck["blob"]) > 256:
             raise _bad(f"checkpoint {j} blob must be a short string")
     for i, iv in enumerate(ivs):
-        if not isinstance(iv, dict) or set(iv) != _IV_KEYS:
-            raise _bad(f"interval {i} must have keys {sorted(_IV_KEYS)}")
+        if not isinstance(iv, dict) or not _IV_KEYS <= set(iv) or set(iv) - _IV_KEYS - _OPTIONAL_IV:
+            opt = sorted(_OPTIONAL_IV)
+            raise _bad(f"interval {i} must have keys {sorted(_IV_KEYS)} (+ optional {opt})")
+        if "ext" in iv:
+            _check_ext(iv["ext"], INTERVAL_EXTENSIONS, f"interval {i}")
         if _int(iv["index"], "interval index") != i:
             raise _bad(f"interval {i} has index {iv['index']}")
         _int(iv["start_step"], "start_step")
@@ -286,5 +357,7 @@ def parse_manifest(data: bytes) -> Manifest:
             raise _bad(f"interval {i} update_norm {n} is not a binary64 value")
     if "proofs" in m and not isinstance(m["proofs"], list):
         raise _bad("proofs must be a list")
+    if "ext" in m:
+        _check_ext(m["ext"], RUN_EXTENSIONS, "run")
     del k_, steps
     return Manifest(m)

@@ -57,10 +57,13 @@ def build_manifest(run: Any, worker_key: bytes) -> dict[str, Any]:
                 "end_step": i.end_step,
                 "batch_commitment": i.batch_commitment,
                 "update_norm": i.update_norm,
+                **({"ext": i.ext} if i.ext is not None else {}),
             }
             for i in run.intervals
         ],
     }
+    if run.ext is not None:
+        m["ext"] = run.ext
     m["transcript_root"] = transcript_root(m).hex()
     return m
 

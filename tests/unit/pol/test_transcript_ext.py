@@ -1,0 +1,114 @@
+"""Extension objects (SPEC §11.5): committed in the header and leaves, keys only from the table."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from dk.crypto.canonical_json import canonical_json
+from dk.crypto.hashing import TAG_TRANSCRIPT_EXT, tagged_hash
+from dk.errors import FormatError
+from dk.pol import transcript as tr
+
+
+def _manifest() -> dict[str, Any]:
+    m: dict[str, Any] = {
+        "format": tr.BUNDLE_FORMAT,
+        "version": tr.BUNDLE_VERSION,
+        "chunk_size": 65536,
+        "job_id": "11" * 32,
+        "worker_key": "22" * 32,
+        "data_root": "33" * 32,
+        "interval": 2,
+        "steps": 4,
+        "checkpoints": [
+            {
+                "index": j,
+                "step": 2 * j,
+                "root": f"{j:02x}" * 32,
+                "blob": f"blobs/{f'{j:02x}' * 32}.safetensors",
+                "nbytes": 10,
+            }
+            for j in range(3)
+        ],
+        "intervals": [
+            {
+                "index": i,
+                "start_step": 2 * i,
+                "end_step": 2 * i + 2,
+                "batch_commitment": "44" * 32,
+                "update_norm": 0.5,
+            }
+            for i in range(2)
+        ],
+    }
+    m["transcript_root"] = tr.transcript_root(m).hex()
+    return m
+
+
+def _check_tag(v: Any, where: str) -> None:
+    if not isinstance(v, str) or len(v) > 8:
+        raise ValueError(f"{where} must be a short string")
+
+
+@pytest.fixture
+def registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(tr.INTERVAL_EXTENSIONS, "tag", _check_tag)
+    monkeypatch.setitem(tr.RUN_EXTENSIONS, "tag", _check_tag)
+
+
+def test_ext_digest_is_tagged_hash_of_canonical_json() -> None:
+    assert tr.ext_digest(None) == bytes(32)
+    obj = {"b": [1, 2], "a": 0.1}
+    assert tr.ext_digest(obj) == tagged_hash(TAG_TRANSCRIPT_EXT, b'{"a":0.1,"b":[1,2]}')
+    assert canonical_json(obj) == b'{"a":0.1,"b":[1,2]}'
+
+
+@pytest.mark.usefixtures("registered")
+@pytest.mark.parametrize("where", ["run", "interval"])
+def test_ext_is_committed_and_parsed(where: str) -> None:
+    m = _manifest()
+    plain = tr.transcript_root(m)
+    target = m if where == "run" else m["intervals"][1]
+    target["ext"] = {"tag": "x"}
+    with_ext = tr.transcript_root(m)
+    assert with_ext != plain
+    target["ext"] = {"tag": "y"}
+    assert tr.transcript_root(m) not in (plain, with_ext)
+    m["transcript_root"] = tr.transcript_root(m).hex()
+    man = tr.parse_manifest(canonical_json(m))
+    if where == "run":
+        assert man.ext == {"tag": "y"}
+    else:
+        assert man.interval_entries[1].ext == {"tag": "y"}
+        assert man.interval_entries[0].ext is None
+
+
+@pytest.mark.usefixtures("registered")
+@pytest.mark.parametrize(
+    "ext", [{}, [1], {"tag": "far too long"}, {"other": "x"}, {"tag": "x" * 8, "zz": 1}]
+)
+def test_bad_ext_is_malformed(ext: Any) -> None:
+    for where in ("run", "interval"):
+        m = copy.deepcopy(_manifest())
+        (m if where == "run" else m["intervals"][0])["ext"] = ext
+        with pytest.raises(FormatError) as e:
+            tr.parse_manifest(canonical_json(m))
+        assert e.value.reason == "MANIFEST_MALFORMED"
+
+
+def test_no_key_is_defined_without_registration() -> None:
+    m = _manifest()
+    m["intervals"][0]["ext"] = {"tag": "x"}
+    with pytest.raises(FormatError, match="unknown key"):
+        tr.parse_manifest(canonical_json(m))
+
+
+def test_oversized_ext_is_malformed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(tr.INTERVAL_EXTENSIONS, "blob", lambda v, w: None)
+    m = _manifest()
+    m["intervals"][0]["ext"] = {"blob": "a" * tr.MAX_EXT_BYTES}
+    with pytest.raises(FormatError, match="over"):
+        tr.parse_manifest(canonical_json(m))
