@@ -89,3 +89,42 @@ def test_served_cluster_demo(tmp_path: Path) -> None:
     assert "shares [100, 100]" in text
     assert "released; rank-0 balance 1100, rank-1 balance 1100, consumer 800" in text
     assert any("audit --url: clean" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_an_upheld_challenge_slashes_the_stale_rank_alone(tmp_path: Path) -> None:
+    """The dispute replay of a real two-rank bundle blames rank 1 (Part I §12.6): the
+    challenger gets rank 1's stake and the attesters' stakes, rank 0 keeps its own."""
+    from market_support import FakeReport
+
+    def accepting(*args: Any, **kwargs: Any) -> Any:  # a market verifier that missed it
+        return FakeReport(True, {"missed": True})
+
+    m = new_market(tmp_path / "m.db", verify=accepting, replay=None)  # the real replay
+    try:
+        w = World(m, tmp_path)
+        job, bundle = _bundle(tmp_path, [key(2), key(3)], _stale)
+        oid = w.do(
+            "consumer", "order", job_id=job.job_id.hex(), max_price=200, min_stake=20,
+            deadline=T0 + 1000, world_size=2, policy={"samples": 1},
+        )["order_id"]  # fmt: skip
+        w.do("worker", "bid", price=70, capacity=1, stake=30)
+        w.do("worker2", "bid", price=80, capacity=1, stake=40)
+        w.do("consumer", "match", order_id=oid)
+        w.do("worker", "submit", order_id=oid, **bundle_commitment(bundle))
+        w.share(oid)
+        assert w.at(T0 + 10).verify_result(oid, bundle, job)["verdict"] == "accept"
+        w.attest(oid, ["v1", "v2"])
+        w.at(T0 + 20).accept(oid)
+        cid = w.do("challenger", "challenge", now=T0 + 30, order_id=oid, bond=5, interval=2)[
+            "challenge_id"
+        ]
+        out = w.at(T0 + 40).resolve_challenge(cid, bundle, job)
+        assert out["upheld"] and out["blame"] == [1]
+        assert m.balance(w.c["challenger"].account) == 1000 + 40 + 2 * 100
+        assert m.balance(w.c["worker"].account) == 1000
+        assert m.balance(w.c["worker2"].account) == 1000 - 40
+        report = m.audit(check_bls=False)
+        assert report.ok, report.problems
+    finally:
+        m.close()
