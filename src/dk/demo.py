@@ -119,6 +119,9 @@ def main(argv: list[str]) -> int:
     if market_ok is False:
         console.print("[bold red]demo failed in the market[/]")
         return 1
+    if _cluster_part(work, key_path) is False:
+        console.print("[bold red]demo failed in the market's cluster job[/]")
+        return 1
 
     console.print(
         f"\n[bold green]demo complete[/] in {time.perf_counter() - t_start:.0f} s; files in {work}/"
@@ -153,6 +156,68 @@ def _market_part(
         "dk market … --db market.db",
     )
     return run_demo(bundle, job_path, work / "market", _say, worker_key=key)
+
+
+def make_cluster_bundle(workdir: Path, rank0_key: Path) -> tuple[Path, Path, list[Path]] | None:
+    """The 2-rank bundle of step 9: the demo's digits job with ``train.world_size = 2``,
+    trained on two ranks and proved with both ranks' signatures (SPEC §8.5, §11.6).
+
+    The ranks are threads of this process with a rank-ordered all-gather
+    (``dk.dist.local.train_threads``, issue 14 §2); ``torchrun`` or Ray would train the same
+    bits. Rank 0 signs with ``rank0_key``; rank 1's key is written to ``workdir/rank-1.key``.
+
+    Returns:
+        ``(bundle, job.toml, [rank0_key, rank-1.key])``; None when this build has no
+        data-parallel training (step 9 is then skipped with one line).
+    """
+    from dk.crypto.keys import SigningKey, load_signing_key
+    from dk.errors import FormatError
+    from dk.pol import default_job
+    from dk.prover import prove_run
+
+    try:
+        from dk.dist.local import train_threads
+
+        job = default_job(steps=100, interval=10, base_dir=workdir).with_updates(
+            train={"world_size": 2}
+        )
+    except (ImportError, FormatError):  # jobs know train.world_size only with dk.dist
+        return None
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    job_path, rank1 = workdir / "job.toml", workdir / "rank-1.key"
+    job_path.write_text(job.to_toml())
+    SigningKey.generate().save(rank1)
+    keys = [load_signing_key(rank0_key), load_signing_key(rank1)]
+    train_threads(job, workdir / "run", keys)
+    prove_run(workdir / "run", job, keys[0], workdir / "bundle")
+    return workdir / "bundle", job_path, [rank0_key, rank1]
+
+
+def _cluster_part(work: Path, key_path: Path) -> bool | None:
+    """Step 9: a 2-worker cluster job through ``dk market serve`` (SPEC Part V §14): both
+    workers bid, the match fills the rank slots, the release pays each rank its share. None
+    when skipped (no 2-rank bundle in this build, or no server extra)."""
+    import importlib.util
+
+    step(
+        "9. a 2-worker cluster job through the market: two workers bid, the consumer's match "
+        "fills rank slots 0 and 1, rank 0 submits, the release pays each rank by its samples",
+        "dk market order --job cluster/job.toml (train.world_size = 2) … --url http://…",
+    )
+    made = make_cluster_bundle(work / "cluster", key_path)
+    if made is None:
+        console.print("skipped: this build cannot train a train.world_size = 2 job yet")
+        return None
+    if not all(importlib.util.find_spec(m) for m in ("uvicorn", "starlette", "httpx")):
+        console.print("skipped: the cluster demo runs on the server (pip install 'dk-pol[server]')")
+        return None
+    from dk.market.demo_server import run_served_cluster_demo
+
+    bundle, job_path, rank_keys = made
+    return run_served_cluster_demo(
+        bundle, job_path, work / "market-cluster", _say, rank_keys=rank_keys
+    )
 
 
 def _say(line: str) -> None:

@@ -703,3 +703,6 @@ def generate(root: Path) -> None:
     )
     write_cases(out / "draw.json", "market-draw", _draw_cases(), tag="dk/v1/market/draw")
     write_cases(out / "ledger.json", "market-ledger", _ledger_cases(), tag="dk/v1/market/event")
+    from vectors.gen.market_cluster import generate as generate_cluster
+
+    generate_cluster(root)  # cluster.json (SPEC V §14)

@@ -280,7 +280,10 @@ def order(
     fee: int | None,
     fee_intervals: int | None,
 ) -> dict[str, Any]:
-    """Order the job in --job, escrowing --max-price and the verification fee."""
+    """Order the job in --job, escrowing --max-price and the verification fee (a cluster of
+    the job's train.world_size workers when it is above 1: SPEC Part V §14)."""
+    from dk.market.cluster import job_world_size
+
     policy = {
         n: v for n, v in (("k", k), ("window", window), ("profiles", profiles)) if v is not None
     }
@@ -291,6 +294,7 @@ def order(
     if max_price is None and gflop_price is None:
         raise click.UsageError("give --max-price, or --gflop-price to price the job's work")
     job = _job(job_path)
+    cluster = {"world_size": job_world_size(job)} if job_world_size(job) > 1 else {}
     with _open(db, now) as m:
         quote = None
         if gflop_price is not None:
@@ -317,6 +321,7 @@ def order(
             policy=policy,
             tags=_tags(tag),
             **extra,
+            **cluster,
         )
         out = m.execute(req)
     return out if quote is None else {**out, "estimate": quote}

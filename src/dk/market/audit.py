@@ -29,6 +29,7 @@ from typing import Any, cast
 from dk.errors import FormatError
 from dk.market.attest import attestation_message
 from dk.market.beacon import TREASURY, beacon_from, draw, draw_seed, share_message, vstake
+from dk.market.cluster_audit import ClusterAudit
 from dk.market.config import MarketConfig
 from dk.market.escrow import fee_due
 from dk.market.ledger import WORLD, ZERO_HASH, Ledger, chain_problem
@@ -84,6 +85,7 @@ class _Auditor:
         self.profiles: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.whistles: dict[str, str] = {}  # whistle id -> order id
         self.moves: list[Any] = []
+        self.cluster = ClusterAudit()  # SPEC V §14.6
 
     def bad(self, seq: int, msg: str) -> None:
         if len(self.problems) < MAX_PROBLEMS:
@@ -210,10 +212,11 @@ class _Auditor:
 
     def check_draw(self, seq: int, oid: str, data: dict[str, Any]) -> None:
         o = self.orders[oid]
-        o.update(worker=data["worker"], round=0, excluded=[], shares={})
+        workers = [r["worker"] for r in data.get("ranks", [])]  # a cluster's ranks (§14.2)
+        o.update(worker=data["worker"], workers=workers, round=0, excluded=[], shares={})
         entropy = bytes.fromhex(self.envelope["signature"])
         seed = draw_seed(self.market_id, self.prev_head, oid, 0, entropy)
-        want = draw(seed, self.eligible({o["consumer"], data["worker"]}), o["n"])
+        want = draw(seed, self.eligible({o["consumer"], data["worker"], *workers}), o["n"])
         if len(want) < o["n"] or data["validators"] != want:
             self.bad(seq, f"DRAW_MISMATCH: the validators of {oid} are not the market's draw")
         o["set"] = list(data["validators"])
@@ -236,7 +239,7 @@ class _Auditor:
         withheld = [v for v in o["set"] if v not in o["shares"]]
         o["round"] += 1
         o["excluded"] += withheld
-        outside = {o["consumer"], o["worker"], *o["set"], *o["excluded"]}
+        outside = {o["consumer"], o["worker"], *o["workers"], *o["set"], *o["excluded"]}
         seed = draw_seed(self.market_id, self.prev_head, oid, o["round"], b"")
         fresh = iter(draw(seed, self.eligible(outside), len(withheld)))
         want = [v if v in o["shares"] else next(fresh, None) for v in o["set"]]
@@ -362,11 +365,15 @@ def _settle(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str,
     signers = o.get("signers", [])
     due = fee_due(fee, estimated, len(o.get("challenged", [])))
     share = due // len(signers) if signers else 0
-    want = {f"acct:{o['worker']}": o["price"]}
+    ranks = set(a.cluster.orders.get(oid, {}).get("workers", []))
+    # a cluster order's price goes to its ranks, checked by the cluster audit (SPEC V §14.6)
+    want = {} if ranks else {f"acct:{o['worker']}": o["price"]}
     want.update({f"acct:{v}": share for v in signers if share})
     got: dict[str, int] = defaultdict(int)
     for m in a.moves:
-        if m[0] == f"escrow:{oid}" and m[1] != f"acct:{o['consumer']}":
+        if m[0] == f"escrow:{oid}" and m[1] not in {f"acct:{o['consumer']}"} | {
+            f"acct:{w}" for w in ranks
+        }:
             got[m[1]] += m[2]
     if dict(got) != want:
         a.bad(seq, f"FEE_MISMATCH: the release of {oid} does not pay price and fee as locked")
@@ -454,6 +461,7 @@ def audit_events(
                 if not bls.pop_verify(bytes.fromhex(p["bls_pk"]), bytes.fromhex(p["pop"])):
                     a.bad(seq, "validator proof of possession does not verify")
             a.effects(seq, kind, signer, body["data"])
+            a.cluster.event(seq, kind, signer, body["data"], body["moves"], a.bad)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             a.bad(seq, f"event data is malformed: {e!r}")
     folded = {h: v for h, v in a.held.items() if v}
@@ -473,7 +481,8 @@ def audit_events(
     if inside != net or folded.get(WORLD, 0) != -net:
         a.problems.append(f"conservation broken: held {inside} != deposits - withdrawals {net}")
     for oid in a.closed:
-        if folded.get(f"escrow:{oid}") or folded.get(f"stake:{oid}"):
+        held = [f"escrow:{oid}", f"stake:{oid}", *a.cluster.holders(oid)]
+        if any(folded.get(h) for h in held):
             a.problems.append(f"{oid} is settled but still holds escrow or stake")
         held = [p["id"] for p in a.profiles[oid] if folded.get(f"pdeposit:{p['id']}")]
         held += [w for w, o in a.whistles.items() if o == oid and folded.get(f"wdeposit:{w}")]

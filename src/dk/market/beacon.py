@@ -22,6 +22,7 @@ every drawn secret key can predict or change it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from dk.crypto.hashing import tagged_hash, u64
@@ -100,14 +101,23 @@ def eligible(tx: Tx, config: MarketConfig, exclude: set[str]) -> list[str]:
     ]
 
 
-def draw_at_match(ctx: Context, tx: Tx, order: Any, worker: str, signature_hex: str) -> list[str]:
-    """Draw an order's validator set inside the ``match`` transaction.
+def draw_at_match(
+    ctx: Context,
+    tx: Tx,
+    order: Any,
+    worker: str,
+    signature_hex: str,
+    *,
+    also: Iterable[str] = (),
+) -> list[str]:
+    """Draw an order's validator set inside the ``match`` transaction (``also``: the other
+    workers of a cluster order, excluded like the worker).
 
     Raises:
         MarketRefused: ``NOT_ENOUGH_VALIDATORS`` if fewer than ``n`` are eligible.
     """
     n = json.loads(order["policy"])["n"]
-    pool = eligible(tx, ctx.config, {order["consumer"], worker})
+    pool = eligible(tx, ctx.config, {order["consumer"], worker, *also})
     if len(pool) < n:
         raise MarketRefused(
             "NOT_ENOUGH_VALIDATORS", f"{len(pool)} eligible validators, the order needs {n}"
@@ -180,7 +190,8 @@ def redraw(ctx: Context, tx: Tx, order_id: str, now: int) -> None:
         penalties[v] = amount
     excluded = json.loads(order["excluded"]) + withheld
     round_ = order["draw_round"] + 1
-    outside = {order["consumer"], order["worker"], *current, *excluded}
+    cluster = [r[0] for r in tx.all("SELECT worker FROM ranks WHERE order_id = ?", (order_id,))]
+    outside = {order["consumer"], order["worker"], *cluster, *current, *excluded}
     seed = draw_seed(ctx.market_id, tx.head, order_id, round_, b"")
     fresh = iter(draw(seed, eligible(tx, ctx.config, outside), len(withheld)))
     kept = [v if v in posted else next(fresh, None) for v in current]

@@ -135,12 +135,19 @@ def disputed_interval(challenge: Any, manifest: dict[str, Any]) -> int | None:
 
 
 def record_resolution(
-    tx: Tx, challenge_id: str, interval: int | None, verdict: str, now: int
+    tx: Tx,
+    challenge_id: str,
+    interval: int | None,
+    verdict: str,
+    now: int,
+    *,
+    blame: list[int] | None = None,
 ) -> None:
     """Apply a challenge's outcome from the replay ``verdict`` of ``interval``.
 
     Upheld when the replay rejects; failed when it accepts or no valid interval is named;
-    left open (nothing moves) when it is ``inconclusive``.
+    left open (nothing moves) when it is ``inconclusive``. ``blame``: the ranks the replay
+    names; on a cluster order only their stakes go to the challenger (SPEC V §14.5).
 
     Raises:
         MarketRefused: ``UNKNOWN_CHALLENGE``, ``BAD_STATE``.
@@ -175,7 +182,7 @@ def record_resolution(
     )
     tx.data["outcome"] = "slashed"
     tx.move(bond(challenge_id), acct(ch["challenger"]), ch["bond"])
-    pay_out(tx, order, escrow_to=order["consumer"], stake_to=ch["challenger"])
+    pay_out(tx, order, escrow_to=order["consumer"], stake_to=ch["challenger"], blame=blame or [])
     slashed = {}
     for v in json.loads(order["attesters"] or "[]"):
         held = tx.amount(vstake(v))

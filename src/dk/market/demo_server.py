@@ -26,6 +26,7 @@ from typing import Any
 
 VALIDATORS = ("val-1", "val-2", "val-3", "val-4")
 PARTIES = ("consumer", "worker", *VALIDATORS)
+RANKS = ("rank-0", "rank-1")  # the cluster demo's two workers (SPEC V §14)
 WINDOW_S = 2
 CALL_TIMEOUT_S = 300.0
 START_TIMEOUT_S = 60.0
@@ -147,37 +148,81 @@ def run_served_demo(
         True if the worker was paid and the server's audit is clean.
     """
     try:
-        return _run(Path(bundle_dir), Path(job_path), Path(workdir), say, Path(worker_key))
+        return _run(
+            Path(bundle_dir), Path(job_path), Path(workdir), say, {"worker": Path(worker_key)}
+        )
     except DemoFailed as e:
         say(f"market: FAILED: {e}")
         return False
 
 
-def _run(bundle: Path, job_path: Path, work: Path, say: Callable[[str], None], wkey: Path) -> bool:
+def run_served_cluster_demo(
+    bundle_dir: str | Path,
+    job_path: str | Path,
+    workdir: str | Path,
+    say: Callable[[str], None],
+    *,
+    rank_keys: Sequence[str | Path],
+) -> bool:
+    """Run one cluster job (``train.world_size = W``, SPEC Part V §14) through ``dk market
+    serve``: the W workers bid separately, the consumer's match fills the rank slots, rank 0
+    submits, and the release pays each rank its share; every party is a separate process.
+
+    Args:
+        bundle_dir: a W-rank bundle proved for ``job_path`` (manifest ``ranks`` and
+            ``rank_signatures``, rank 0's key as ``worker_key``).
+        job_path: the job's ``job.toml`` (its ``train.world_size`` is W).
+        workdir: created if needed: the ledger, the server's state, the parties' key files.
+        say: prints one readable line per step.
+        rank_keys: the ranks' Ed25519 key files, rank order (the keys that signed the ranks).
+
+    Returns:
+        True if every rank was paid its share and the server's audit is clean.
+    """
+    try:
+        keys = {
+            RANKS[r] if r < len(RANKS) else f"rank-{r}": Path(k) for r, k in enumerate(rank_keys)
+        }
+        return _run(Path(bundle_dir), Path(job_path), Path(workdir), say, keys)
+    except DemoFailed as e:
+        say(f"market: FAILED: {e}")
+        return False
+
+
+def _run(
+    bundle: Path,
+    job_path: Path,
+    work: Path,
+    say: Callable[[str], None],
+    workers: dict[str, Path],
+) -> bool:
     work.mkdir(parents=True, exist_ok=True)
     work = work.resolve()  # the parties' processes run in ``work``: absolute paths only
-    if not wkey.is_file():
-        raise DemoFailed(f"no worker key {wkey}")
+    for wkey in workers.values():
+        if not wkey.is_file():
+            raise DemoFailed(f"no worker key {wkey}")
+    parties = ("consumer", *workers, *VALIDATORS)
     for stale in ("market.db", "market.db-wal", "market.db-shm", "server.log"):
         (work / stale).unlink(missing_ok=True)
     dk = _Cli(work)
     bundle, job_path = bundle.resolve(), job_path.resolve()
-    key = {p: work / f"{p}.key" for p in PARTIES if p != "worker"}
-    key["worker"] = wkey.resolve()
+    own = [p for p in parties if p not in workers]
+    key = {p: work / f"{p}.key" for p in own}
     bls = {v: work / f"{v}.bls" for v in VALIDATORS}
     for f in [*key.values(), *bls.values()]:
-        if f != key["worker"]:
-            f.unlink(missing_ok=True)
+        f.unlink(missing_ok=True)
+    key.update({w: k.resolve() for w, k in workers.items()})
     made = dk.all(
-        *(["keygen", "--out", key[p], "--json"] for p in PARTIES if p != "worker"),
+        *(["keygen", "--out", key[p], "--json"] for p in own),
         *(["market", "bls-keygen", bls[v], "--json"] for v in VALIDATORS),
     )
-    pub = {p: made[i]["public_key"] for i, p in enumerate(p for p in PARTIES if p != "worker")}
-    pub["worker"] = _pub_of(key["worker"])
+    pub = {p: made[i]["public_key"] for i, p in enumerate(own)}
+    pub.update({w: _pub_of(key[w]) for w in workers})
     who = {v: k for k, v in pub.items()}
     say(
         "market: each party makes its own key files: consumer.key, val-1..4.key "
-        "(dk keygen), val-1..4.bls (dk market bls-keygen); the worker keeps worker.key"
+        f"(dk keygen), val-1..4.bls (dk market bls-keygen); each worker keeps its own key "
+        f"({', '.join(key[w].name for w in workers)})"
     )
 
     init = dk("market", "init", "--db", "market.db", "--k", "2", "--n", "3", "--json")
@@ -187,7 +232,7 @@ def _run(bundle: Path, job_path: Path, work: Path, say: Callable[[str], None], w
     )
     server, url = start_server(work / "market.db", work)
     try:
-        return _flow(dk, url, server, key, bls, who, bundle, job_path, say)
+        return _flow(dk, url, server, key, bls, who, bundle, job_path, say, list(workers))
     finally:
         stop_server(server)
         say("market: server stopped with SIGTERM")
@@ -209,11 +254,15 @@ def _flow(
     bundle: Path,
     job_path: Path,
     say: Callable[[str], None],
+    workers: list[str],
 ) -> bool:
     u = ("--url", url)
+    parties = ("consumer", *workers, *VALIDATORS)
+    size = len(workers)
+    max_price = 120 * size
     say(f"market: dk market serve --port 0 listening on {url} (pid {server.pid})")
-    dk.all(*(["market", "deposit", *u, "--key", key[p], "1000"] for p in PARTIES))
-    say(f"market: {len(PARTIES)} parties deposit 1000 each, each from its own process and key")
+    dk.all(*(["market", "deposit", *u, "--key", key[p], "1000"] for p in parties))
+    say(f"market: {len(parties)} parties deposit 1000 each, each from its own process and key")
     dk.all(
         *(
             ["market", "register-validator", *u, "--key", key[v], "--bls-key", bls[v], "--json"]
@@ -222,29 +271,38 @@ def _flow(
     )
     say(f"market: {len(VALIDATORS)} validators register their BLS key and lock the minimum stake")
     placed = dk(
-        "market", "order", *u, "--key", key["consumer"], "--job", job_path, "--max-price", "120",
-        "--min-stake", "50", "--deadline", "3600", "--window", str(WINDOW_S), "--tag", "hw=cpu",
-        "--json",
-    )  # fmt: skip
-    oid = placed["order_id"]
-    say(
-        f"market: consumer orders job {placed['job_id'][:16]}… as {oid}: 120 in escrow, "
-        f"window {WINDOW_S} s, policy {json.dumps(placed['policy'], sort_keys=True)} "
-        "(samples null: the economic default, SPEC V §10)"
-    )
-    bid = dk(
-        "market", "bid", *u, "--key", key["worker"], "--price", "100", "--stake", "50",
+        "market", "order", *u, "--key", key["consumer"], "--job", job_path, "--max-price",
+        str(max_price), "--min-stake", "50", "--deadline", "3600", "--window", str(WINDOW_S),
         "--tag", "hw=cpu", "--json",
     )  # fmt: skip
-    say(f"market: worker bids {bid['bid_id']}: price 100, stake 50 locked")
+    oid = placed["order_id"]
+    cluster = f", a cluster of {size} workers (SPEC V §14)" if size > 1 else ""
+    say(
+        f"market: consumer orders job {placed['job_id'][:16]}… as {oid}: {max_price} in escrow, "
+        f"window {WINDOW_S} s, policy {json.dumps(placed['policy'], sort_keys=True)} "
+        f"(samples null: the economic default, SPEC V §10){cluster}"
+    )
+    for w in workers:
+        bid = dk(
+            "market", "bid", *u, "--key", key[w], "--price", "100", "--stake", "50",
+            "--tag", "hw=cpu", "--json",
+        )  # fmt: skip
+        say(f"market: {w} bids {bid['bid_id']}: price 100, stake 50 locked")
     matched = dk("market", "match", *u, "--key", key["consumer"], oid, "--json")
     drawn = [who[v] for v in matched["validators"]]
     say(
         f"market: consumer matches {oid} with {matched['bid_id']} at price {matched['price']}; "
         f"the market draws {', '.join(drawn)}"
+        + (" (no rank's worker can be drawn)" if size > 1 else "")
     )
-    dk("market", "submit", *u, "--key", key["worker"], oid, bundle, "--json")
-    say("market: worker submits its bundle's commitment (manifest digest, root); uploads nothing")
+    for r in matched.get("ranks", []):
+        say(
+            f"market:   rank {r['rank']} → {who[r['worker']]} (bid {r['bid_id']}, stake "
+            f"{r['stake']} locked for this rank)"
+        )
+    rank0 = who[matched["worker"]]
+    dk("market", "submit", *u, "--key", key[rank0], oid, bundle, "--json")
+    say(f"market: {rank0} submits its bundle's commitment (manifest digest, root); uploads nothing")
     shares = dk.all(
         *(["market", "share", *u, "--key", key[v], "--bls-key", bls[v], oid, "--json"]
           for v in drawn)
@@ -261,6 +319,12 @@ def _flow(
     )
     if out["verdict"] != "accept":
         return False
+    if "shares" in out:
+        say(
+            f"market: the price is split by the samples each rank processed (batch "
+            f"{out['batch_size']}, rank r takes positions p mod {size} = r): shares "
+            f"{out['shares']}"
+        )
     ex = dk("market", "explain", *u, oid, "--json")
     ten = next(r for r in ex["rows"] if r["fraction"] >= 0.1)
     say(
@@ -296,14 +360,15 @@ def _flow(
             break
     if settled is None:
         raise DemoFailed(f"{oid} not settleable after {SETTLE_TRIES} tries")
-    worker, consumer = dk.all(
-        ["market", "balance", *u, "--key", key["worker"], "--json"],
-        ["market", "balance", *u, "--key", key["consumer"], "--json"],
+    balances = dk.all(
+        *(["market", "balance", *u, "--key", key[p], "--json"] for p in (*workers, "consumer"))
     )
+    *mine, theirs = (b["balance"] for b in balances)
+    paid = ", ".join(f"{w} balance {b}" for w, b in zip(workers, mine, strict=True))
+    paid += f", consumer {theirs}"
     say(
         f"market: waited {time.perf_counter() - t0:.1f} s for the server's clock, no challenge: "
-        f"{settled['outcome']}; worker balance {worker['balance']}, consumer "
-        f"{consumer['balance']}"
+        f"{settled['outcome']}; {paid}"
     )
     report = dk("market", "audit", *u, "--json", check=False)
     ok = report is not None and bool(report.get("ok"))

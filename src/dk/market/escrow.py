@@ -56,7 +56,7 @@ def settle_order(tx: Tx, order_id: str, now: int) -> None:
             "UPDATE orders SET state = 'released', outcome = 'released' WHERE order_id = ?",
             (order_id,),
         )
-        tx.data = {"order_id": order_id, "outcome": "released", **release(tx, order)}
+        tx.data.update(order_id=order_id, outcome="released", **release(tx, order))
         return
     elif now < order["deadline"]:
         raise MarketRefused(
@@ -71,12 +71,12 @@ def settle_order(tx: Tx, order_id: str, now: int) -> None:
     tx.exec(
         "UPDATE orders SET state = ?, outcome = ? WHERE order_id = ?", (outcome, outcome, order_id)
     )
-    pay_out(tx, order, escrow_to=escrow_to, stake_to=stake_to)
+    pay_out(tx, order, escrow_to=escrow_to, stake_to=stake_to, blame=None)
     if state == "open":
         from dk.market.profiles import refund_open
 
         refund_open(tx, order_id)
-    tx.data = {"order_id": order_id, "outcome": outcome}
+    tx.data.update(order_id=order_id, outcome=outcome)
 
 
 def fee_due(fee: int, fee_intervals: int, challenged: int) -> int:
@@ -87,6 +87,7 @@ def fee_due(fee: int, fee_intervals: int, challenged: int) -> int:
 def release(tx: Tx, order: Any) -> dict[str, Any]:
     """Pay an accepted order out: the price to the worker, the fee due to the attesters, the
     excess to the consumer, the stake back to the worker (SPEC V §11)."""
+    from dk.market import cluster_flow
     from dk.market.whistle import challenged
 
     oid = order["order_id"]
@@ -96,7 +97,10 @@ def release(tx: Tx, order: Any) -> dict[str, Any]:
     attesters = json.loads(order["attesters"] or "[]")
     due = fee_due(fee, estimated, len(challenged(tx.con, oid)))
     share = due // len(attesters) if attesters else 0
-    if price:
+    if cluster_flow.world_size(tx.con, oid) > 1:
+        # a cluster order: each rank its share of the price, and its stake back (SPEC V §14.5)
+        price = cluster_flow.release_ranks(tx, order)
+    elif price:
         tx.move(escrow(oid), acct(order["worker"]), price)
     paid = {}
     for v in attesters:

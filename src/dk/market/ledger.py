@@ -72,6 +72,11 @@ CREATE TABLE IF NOT EXISTS verdicts(order_id TEXT PRIMARY KEY, challenged TEXT N
     seq INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS fees(order_id TEXT PRIMARY KEY, fee INTEGER NOT NULL,
     fee_intervals INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS clusters(order_id TEXT PRIMARY KEY, world_size INTEGER NOT NULL,
+    batch_size INTEGER);
+CREATE TABLE IF NOT EXISTS ranks(order_id TEXT NOT NULL, slot INTEGER NOT NULL,
+    bid_id TEXT NOT NULL, worker TEXT NOT NULL, price INTEGER NOT NULL, stake INTEGER NOT NULL,
+    share INTEGER, paid INTEGER, outcome TEXT, PRIMARY KEY(order_id, slot));
 """
 
 

@@ -24,6 +24,7 @@ from dk.market import (
     attest,
     beacon,
     challenges,
+    cluster_flow,
     economics,
     matching,
     orders,
@@ -48,7 +49,7 @@ HANDLERS: dict[str, Handler] = {
     "cancel_order": orders.cancel_order,
     "bid": orders.place_bid,
     "cancel_bid": orders.cancel_bid,
-    "match": matching.match,
+    "match": cluster_flow.match,  # ordinary orders go on to matching.match
     "submit": results.submit,
     "register_validator": attest.register_validator,
     "unregister_validator": attest.unregister_validator,
@@ -239,7 +240,9 @@ class Market:
     def _bundle_for(self, order: sqlite3.Row, bundle_dir: str | Path, job: Any) -> dict[str, Any]:
         if bytes(job.job_id).hex() != order["job_id"]:
             raise MarketRefused("JOB_MISMATCH", "the job given is not the order's job")
-        return results.check_bundle(order, bundle_dir)
+        manifest = results.check_bundle(order, bundle_dir)
+        cluster_flow.check_bundle(self.ledger.con, order, manifest, job)  # SPEC V §14.4
+        return manifest
 
     def verify_result(
         self, order_id: str, bundle_dir: str | Path, job: Any, *, workers: int = 1
@@ -286,9 +289,13 @@ class Market:
             workers=workers,
             **profiles.tolerance_of(order),
         )
+        report, blame = cluster_flow.judge(self.ledger.con, order_id, report)
         now = self.now()
         with self.ledger.transaction("verify", at=now) as tx:
-            results.record_verification(tx, order_id, order_beacon, report, now, fixed=fixed)
+            results.record_verification(
+                tx, order_id, order_beacon, report, now, fixed=fixed, blame=blame
+            )
+            cluster_flow.record_shares(tx, order_id, job)
             out = dict(tx.data)
         out["report"] = report.to_dict()
         return out
@@ -434,16 +441,17 @@ class Market:
         order = self.order(ch["order_id"])
         manifest = self._bundle_for(order, bundle_dir, job)
         interval = challenges.disputed_interval(ch, manifest)
-        verdict = (
-            "accept"
+        result, blame = cluster_flow.judge(
+            self.ledger.con,
+            ch["order_id"],
+            None
             if interval is None
-            else results.verdict_of(
-                self._replay(Path(bundle_dir), job, interval, **profiles.tolerance_of(order))
-            )
+            else self._replay(Path(bundle_dir), job, interval, **profiles.tolerance_of(order)),
         )
+        verdict = "accept" if result is None else results.verdict_of(result)
         now = self.now()
         with self.ledger.transaction("resolve", at=now) as tx:
-            challenges.record_resolution(tx, challenge_id, interval, verdict, now)
+            challenges.record_resolution(tx, challenge_id, interval, verdict, now, blame=blame)
             return dict(tx.data)
 
     def resolve_whistle(self, whistle_id: str, bundle_dir: str | Path, job: Any) -> dict[str, Any]:
@@ -546,6 +554,7 @@ class Market:
             )
         ]
         order["fee"], order["fee_intervals"] = orders.order_fee(con, order_id)
+        order.update(cluster_flow.show(con, order_id, order["bids"]))  # SPEC V §14
         return order
 
     def book(self) -> dict[str, list[dict[str, Any]]]:

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from dk.errors import FormatError
-from dk.market import fields
+from dk.market import cluster, fields
 from dk.market.accounts import acct
 from dk.market.config import Context
 from dk.market.errors import MarketRefused
@@ -43,7 +43,7 @@ def place_order(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     fields.only(
         p,
         {"job_id", "max_price", "min_stake", "deadline"},
-        {"policy", "tags", "fee", "fee_intervals"},
+        {"policy", "tags", "fee", "fee_intervals", "world_size"},
     )
     job_id = fields.digest_hex(p, "job_id")
     max_price = fields.amount(p, "max_price")
@@ -57,6 +57,7 @@ def place_order(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
             f"market request: policy profiles must be 0 or at least {ctx.config.min_profiles}",
             reason="BAD_PARAMS",
         )
+    world_size = cluster.world_size_param(p)
     if deadline <= now:
         raise MarketRefused("DEADLINE_PASSED", f"deadline {deadline} is not after now {now}")
     order_id = f"o{tx.seq}"
@@ -77,6 +78,9 @@ def place_order(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     )
     tx.move(acct(req.account), escrow(order_id), max_price)
     tx.data = {"order_id": order_id, "job_id": job_id, "policy": policy}
+    if world_size > 1:  # a cluster order (SPEC V §14)
+        tx.exec("INSERT INTO clusters(order_id, world_size) VALUES(?, ?)", (order_id, world_size))
+        tx.data["world_size"] = world_size
     if fee is not None:
         tx.exec("INSERT INTO fees(order_id, fee, fee_intervals) VALUES(?, ?, ?)", (order_id, *fee))
         tx.move(acct(req.account), escrow(order_id), fee[0])

@@ -132,6 +132,7 @@ def record_verification(
     now: int,
     *,
     fixed: dict[str, int] | None = None,
+    blame: list[int] | None = None,
 ) -> None:
     """Store the market's verification of a submitted order by its verdict.
 
@@ -139,7 +140,8 @@ def record_verification(
     the consumer and the worker's stake is slashed to the consumer (outcome ``rejected``).
     ``inconclusive``: recorded, nothing moves, the order stays ``submitted``. ``fixed``
     (``samples`` and ``intervals``) is the economic default the verification used, written
-    into the order's policy and the event whatever the verdict (SPEC V §10).
+    into the order's policy and the event whatever the verdict (SPEC V §10). ``blame``: the
+    ranks a rejecting report names (a cluster order slashes only those, SPEC V §14.5).
 
     Raises:
         MarketRefused: ``BAD_STATE`` if the order is no longer ``submitted`` or its beacon
@@ -190,12 +192,23 @@ def record_verification(
         " WHERE order_id = ?",
         (digest, order_id),
     )
-    pay_out(tx, order, escrow_to=order["consumer"], stake_to=order["consumer"])
+    pay_out(tx, order, escrow_to=order["consumer"], stake_to=order["consumer"], blame=blame or [])
     tx.data["outcome"] = "rejected"
 
 
-def pay_out(tx: Tx, order: Any, *, escrow_to: str, stake_to: str) -> None:
-    """Empty an order's escrow and stake holders into the named accounts."""
+def pay_out(
+    tx: Tx, order: Any, *, escrow_to: str, stake_to: str, blame: list[int] | None = None
+) -> None:
+    """Empty an order's escrow and stake holders into the named accounts.
+
+    A cluster order pays by rank (:func:`dk.market.cluster_flow.pay_out`, SPEC V §14.5):
+    ``blame`` names the ranks whose stake goes to ``stake_to`` (None: every rank).
+    """
+    from dk.market import cluster_flow
+
+    if cluster_flow.world_size(tx.con, order["order_id"]) > 1:
+        cluster_flow.pay_out(tx, order, escrow_to=escrow_to, stake_to=stake_to, blame=blame)
+        return
     oid = order["order_id"]
     pay = tx.amount(escrow(oid))
     if pay:

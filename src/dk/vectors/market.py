@@ -13,6 +13,7 @@ from dk.market.beacon import beacon_from, draw, draw_seed, share_message
 from dk.market.ledger import ZERO_HASH, chain_problem
 from dk.market.requests import parse_request
 from dk.vectors import CaseResult, run_cases
+from dk.vectors.market_cluster import check_case as check_cluster_case
 
 AREA = "market"
 
@@ -151,5 +152,6 @@ def check(root: Path) -> list[CaseResult]:
         "beacon.json": lambda c: _beacon_case(c, bls, seen),
         "draw.json": _draw_case,
         "ledger.json": _ledger_case,
+        "cluster.json": check_cluster_case,  # SPEC V §14
     }
     return run_cases(root, AREA, checks)

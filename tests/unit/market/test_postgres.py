@@ -53,6 +53,7 @@ def test_the_market_suite_runs_on_postgresql(pg: PgServer) -> None:
         "test_bisection.py",
         "test_matching.py",
         "test_roles.py",
+        "test_cluster.py",
     ]
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
