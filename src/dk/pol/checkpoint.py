@@ -258,21 +258,27 @@ def write_blob(
     """
     root = root if root is not None else checkpoint_root(tensors)
     path = directory / blob_name(root)
-    try:
-        return root, path, os.stat(path).st_size
-    except FileNotFoundError:
-        pass
     small = sum(np.asarray(v).nbytes for v in tensors.values()) <= SMALL_BLOB_BYTES
-    data = encode_blob(tensors) if small else None
-    # A name of this process and thread: no other writer of the same blob can collide with it.
+    if not small:  # a large blob already there is not written again
+        try:
+            return root, path, os.stat(path).st_size
+        except FileNotFoundError:
+            pass
+    # A small blob is rewritten (same bytes, atomic rename) rather than looked for first: one
+    # system call fewer per checkpoint. The temporary name is this process's and thread's, so
+    # no other writer of the same blob can collide with it.
     tmp = path.with_name(f".tmp-{os.getpid()}-{threading.get_ident()}-{path.name}")
-    if not path.parent.is_dir():
-        path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        if data is not None:
-            _write_file(tmp, data)
+        if small:
+            data = encode_blob(tensors)
+            try:
+                _write_file(tmp, data)
+            except FileNotFoundError:  # the first blob of a directory: create blobs/
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _write_file(tmp, data)
             size = len(data)
         else:
+            path.parent.mkdir(parents=True, exist_ok=True)
             from safetensors.numpy import save_file
 
             arrays = {k: _le_contiguous(np.asarray(v)) for k, v in tensors.items()}
