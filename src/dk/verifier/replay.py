@@ -97,8 +97,9 @@ def replay_challenged(
     held: dict[int, Tensors],
     workers: int,
     executor: Any = None,
-) -> None:
-    """Replay every challenged interval (SPEC §12.3) and record one finding per mismatch.
+) -> dict[int, tuple[bool, dict[str, Any]]]:
+    """Replay every challenged interval (SPEC §12.3) and record one finding per mismatch;
+    returns each interval's ``(ok, figures)`` (empty when the executor failed).
 
     ``executor`` (e.g. :class:`dk.verifier.executors.RayExecutor`) runs the replays elsewhere;
     if it fails past its retries the report is inconclusive (``EXECUTOR_FAILED``).
@@ -117,7 +118,7 @@ def replay_challenged(
             results, worker_cpu, procs = executor.replay(job, ds, tasks, roots)
         except ExecutorFailed as e:
             rep.fail("replay", Reason.EXECUTOR_FAILED, str(e))
-            return
+            return {}
         rep.figures["executor"] = executor.name
     elif workers > 1 and len(chal) > 1:
         results, worker_cpu, procs = _replay_parallel(job, ds, man, chal, held, workers)
@@ -153,6 +154,7 @@ def replay_challenged(
                 i,
             )
     rep.passed("replay")
+    return results
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,8 @@ class Reason(str, Enum):
     MODE_UNSUPPORTED = "MODE_UNSUPPORTED"
     EXECUTOR_FAILED = "EXECUTOR_FAILED"
     INIT_UNAVAILABLE = "INIT_UNAVAILABLE"
+    RANK_SIGNATURE_INVALID = "RANK_SIGNATURE_INVALID"
+    RANK_DIGEST_MISMATCH = "RANK_DIGEST_MISMATCH"
 
 
 #: Codes that say the *verifier* could not decide (SPEC §14.1): its own input, data, backend,
@@ -130,6 +132,8 @@ class Report:
     challenged: list[int] = field(default_factory=list)
     challenged_root: str = ""
     srs: dict[str, str] = field(default_factory=dict)
+    #: Data-parallel runs: the ranks whose contribution is wrong (SPEC §12.6), sorted.
+    blame: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -183,6 +187,8 @@ class Report:
         }
         if self.srs:  # zk mode only: the SRS the proofs were checked with (SPEC IV §5)
             body["srs"] = dict(self.srs)
+        if self.blame:  # data-parallel runs only: the blamed ranks (SPEC §12.6)
+            body["blame"] = sorted(set(self.blame))
         return body
 
     def digest(self) -> bytes:
@@ -194,6 +200,7 @@ class Report:
         return {
             **self.attestation_body(),
             "ok": self.ok,
+            "blame": sorted(set(self.blame)),
             "challenged_root": self.challenged_root,
             "findings": [r.to_dict() for r in self.reasons],
             "checks": dict(self.checks),
