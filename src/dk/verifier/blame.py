@@ -59,14 +59,22 @@ def check_ranks(ctx: Any) -> None:
     ctx.rep.passed("ranks")
 
 
-def _claimed_steps(bundle: Path, i: int, w: int, n: int, committed: list[str]) -> list[list[bytes]]:
-    """``ranks/<i>.bin`` as per-rank step digests, if present and matching ``committed``."""
+def read_rank_steps(bundle: Path, i: int, size: int) -> bytes | None:
+    """``ranks/<i>.bin`` if it is a regular file of exactly ``size`` bytes, else ``None``."""
     p = bundle / RANK_STEPS_DIR / f"{i}.bin"
-    size = w * n * DIGEST
     if p.is_symlink() or not p.is_file() or p.stat().st_size != size:
-        return []
+        return None
     with open(p, "rb") as f:
         data = f.read(size + 1)
+    return data if len(data) == size else None
+
+
+def _claimed_steps(
+    data: bytes | None, i: int, w: int, n: int, committed: list[str]
+) -> list[list[bytes]]:
+    """The evidence as per-rank step digests, if it hashes to ``committed`` (else empty)."""
+    if data is None or len(data) != w * n * DIGEST:
+        return []
     steps = [
         [data[(r * n + s) * DIGEST : (r * n + s + 1) * DIGEST] for s in range(n)] for r in range(w)
     ]
@@ -77,16 +85,28 @@ def _claimed_steps(bundle: Path, i: int, w: int, n: int, committed: list[str]) -
 
 
 def blame_interval(
-    bundle: Path, i: int, committed: list[str], replayed: list[list[str]], root_ok: bool
+    i: int,
+    committed: list[str],
+    replayed: list[list[str]],
+    root_ok: bool,
+    evidence: bytes | None,
 ) -> list[int]:
-    """The ranks at fault in interval ``i`` (empty: none), by the rules of the module docs."""
+    """The ranks at fault in interval ``i`` (empty: none) by SPEC §12.6.
+
+    Args:
+        i: the interval.
+        committed: its ``ext.rank_digests``.
+        replayed: the replay's step digests per rank (hex, rank-major).
+        root_ok: whether the end checkpoint replayed.
+        evidence: the bundle's ``ranks/<i>.bin`` bytes, or ``None``.
+    """
     w = len(committed)
     rep_steps = [[bytes.fromhex(d) for d in r] for r in replayed]
     rep_digests = [interval_digest(i, r, rep_steps[r]).hex() for r in range(w)]
     if rep_digests == committed:
         return [] if root_ok else list(range(w))
     n = len(rep_steps[0])
-    claimed = _claimed_steps(bundle, i, w, n, committed)
+    claimed = _claimed_steps(evidence, i, w, n, committed)
     if not claimed:
         return [0]
     for s in range(n):
@@ -112,7 +132,9 @@ def judge_ranks(
         if replayed is None:
             continue
         committed = (ivs[i].ext or {}).get("rank_digests") or []
-        ranks = blame_interval(bundle, i, committed, replayed, ok)
+        n = ivs[i].end_step - ivs[i].start_step
+        evidence = read_rank_steps(bundle, i, DIGEST * len(committed) * n)
+        ranks = blame_interval(i, committed, replayed, ok, evidence)
         if ranks and ok:  # the checkpoint replays but a committed digest does not
             rep.fail(
                 "replay",
