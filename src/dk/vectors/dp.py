@@ -39,7 +39,7 @@ def _manifest() -> dict[str, Any]:
                 "blob": f"blobs/{f'{j:02x}' * 32}.safetensors",
             }
             for j in range(2)
-        ],  # fmt: skip
+        ],
         "intervals": [
             {
                 "index": 0,
@@ -48,7 +48,7 @@ def _manifest() -> dict[str, Any]:
                 "batch_commitment": "55" * 32,
                 "update_norm": 1.0,
             }
-        ],  # fmt: skip
+        ],
     }
 
 
