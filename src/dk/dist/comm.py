@@ -59,6 +59,8 @@ def init_gloo(
     if address is None:
         dist.init_process_group("gloo", timeout=timeout)
     else:
+        if rank is None or world_size is None:
+            raise ValueError("an explicit address needs rank and world_size")
         dist.init_process_group(
             "gloo", init_method=address, rank=rank, world_size=world_size, timeout=timeout
         )

@@ -114,7 +114,7 @@ def _check_manifest(
     job: JobSpec,
     engine: ParallelKernelSession,
     view: dict[str, Any] | None,
-    ranks: list[dict[str, str]],
+    ranks: list[dict[str, Any]],
     data_root: str,
 ) -> bytes:
     """A rank's checks of rank 0's manifest before signing; returns the transcript root."""
@@ -175,7 +175,7 @@ def train_rank(
             f"the group has {world} ranks, the job's train.world_size is {job.world_size}"
         )
     keys = comm.all_gather_bytes(key.verify_key.raw)
-    ranks = [{"rank": r, "worker_key": k.hex()} for r, k in enumerate(keys)]
+    ranks: list[dict[str, Any]] = [{"rank": r, "worker_key": k.hex()} for r, k in enumerate(keys)]
     dataset = load_dataset(job)
     engine = ParallelKernelSession(
         job, rank=rank, exchange=comm.all_gather_bytes, fault=fault or fault_from_env(rank)

@@ -117,8 +117,8 @@ def train_on_ray(
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
     env = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": os.environ.get("NUMBA_NUM_THREADS", "1")}
-    actor = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": env})(_Rank)
-    ranks = [actor.remote() for _ in range(w)]  # type: ignore[attr-defined]
+    actor: Any = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": env})(_Rank)
+    ranks: list[Any] = [actor.remote() for _ in range(w)]
     try:
         init = ray.get(ranks[0].endpoint.remote(), timeout=timeout_s)
         fault = os.environ.get(FAULT_ENV, "")

@@ -17,7 +17,7 @@ replayed ones and names the ranks at fault (``Report.blame``):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dk.crypto.hashing import digests_equal
 from dk.crypto.keys import VerifyKey
@@ -25,10 +25,13 @@ from dk.pol.parallel import interval_digest
 from dk.pol.rank_ext import RANK_STEPS_DIR, rank_signing_digest
 from dk.verifier.report import Reason, Report
 
+if TYPE_CHECKING:
+    from dk.verifier.verify import Context
+
 DIGEST = 32
 
 
-def check_ranks(ctx: Any) -> None:
+def check_ranks(ctx: Context) -> None:
     """§12.2 step 5a: a data-parallel bundle names the job's ``W`` ranks (rank 0 = the
     worker), every interval carries ``W`` rank digests, and every rank signed the root."""
     job, man = ctx.job, ctx.man

@@ -111,6 +111,7 @@ def replay_challenged(
     cks, ivs = man.checkpoint_entries, man.interval_entries
     tolerant = job.mode == "tolerant"
     worker_cpu, procs = 0.0, 1
+    results: dict[int, tuple[bool, dict[str, Any]]]
     if executor is not None:
         tasks = [(i, *_task(i, held, cks, ivs)) for i in chal]
         roots = {j: cks[j].root.hex() for j in held}
