@@ -290,7 +290,9 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     # thread (the only choice in tolerant/zk mode, and for compressed training).
     beyond = kernel_unsupported(job)
     if p["backend"] == "":
-        plain = not t["compression"] and "dp" not in t and not beyond
+        # W > 1: the ranks compress with dk's NumPy codecs on dk's kernels (SPEC §8.5)
+        coded = bool(t["compression"]) and t.get("world_size", 1) == 1
+        plain = not coded and "dp" not in t and not beyond
         p["backend"] = "dk" if p["mode"] == "exact" and plain else "torch"
     # "rounded" = any float32 model on torch through the rounding log (SPEC Part VI).
     _choice(p, "backend", ("dk", "torch", "rounded"))
@@ -298,7 +300,7 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         raise _fail("pol.backend = 'rounded' (rounding log) is for exact mode without compression")
     if p["backend"] == "dk" and p["mode"] != "exact":
         raise _fail("pol.backend = 'dk' (reproducible kernels) is for exact mode")
-    if p["backend"] == "dk" and t["compression"]:
+    if p["backend"] == "dk" and t["compression"] and t.get("world_size", 1) == 1:
         raise _fail("compressed training runs on pol.backend = 'torch'")
     if p["backend"] != "torch" and "dp" in t:
         raise _fail("DP-SGD runs on pol.backend = 'torch'")

@@ -81,6 +81,19 @@ def combine(grads: list[Grads]) -> Grads:
     return out
 
 
+def rank_codec(spec: str, rank: int) -> Any:
+    """Rank ``rank``'s codec: the job's, with QSGD's seed ``seed + rank`` (as SPEC III §6)."""
+    import dataclasses
+
+    from dk.compress.codecs import QSGDCodec
+    from dk.compress.parse import parse_codec
+
+    codec = parse_codec(spec)
+    if isinstance(codec, QSGDCodec):
+        codec = dataclasses.replace(codec, seed=(codec.seed + rank) % 2**64)
+    return codec
+
+
 def step_digest(step: int, message: bytes) -> bytes:
     """``d_{r,t}`` of SPEC §11.6."""
     return tagged_hash(TAG_RANK_GRAD, u64(step), message)
@@ -118,12 +131,79 @@ class ParallelKernelSession(KernelSession):
         self._size = len(grad_message({n: np.zeros(s, np.float32) for n, s in self.shapes.items()}))
         self._digests: dict[int, list[list[bytes]]] = {}
         self._previous: Grads | None = None
+        #: Compressed jobs: each rank's codec state machine (SPEC §8.5 with Part III).
+        self.codecs: list[Any] | None = None
+        self._codec_id: Any = None
+        if job.train.get("compression"):
+            from dk.compress.state import CompressedSGDStep
+
+            self.codecs = [
+                CompressedSGDStep(rank_codec(job.train["compression"], r))
+                for r in range(self.world_size)
+            ]
 
     def restore(self, ck: Mapping[str, np.ndarray], step: int | None = None) -> None:
         """Load a checkpoint; ``step`` (default: its ``meta/step``) is the next step."""
         super().restore(ck)
         self.t = int(ck["meta/step"]) if step is None else step
         self._digests.clear()
+        for r, c in enumerate(self.codecs or []):
+            pre = f"compress/rank{r}/"
+            c.load_state_dict(
+                {"compress/" + k[len(pre) :]: v for k, v in ck.items() if k.startswith(pre)}
+            )
+
+    def snapshot(self, step: int, steps_per_epoch: int) -> dict[str, np.ndarray]:
+        """The checkpoint at ``step`` with every rank's codec state (a collective when the
+        job compresses: every rank calls it at the same steps)."""
+        ck = super().snapshot(step, steps_per_epoch)
+        if self.codecs is None:
+            return ck
+        if self.exchange is None:
+            states = [c.state_dict() for c in self.codecs]
+        else:
+            own = encode_tensors(self.codecs[self.rank].state_dict())
+            states = [
+                decode_tensors(b, max_tensors=2 * len(self.shapes) + 1) for b in self.exchange(own)
+            ]
+        for r, st in enumerate(states):
+            for k, v in st.items():
+                ck[f"compress/rank{r}/{k[len('compress/') :]}"] = v
+        return ck
+
+    def _message(self, rank: int, grads: Grads) -> bytes:
+        """Rank ``rank``'s message: its gradients, or with compression its wire messages."""
+        if self.codecs is None:
+            return grad_message(grads)
+        from dk.compress.wire import encode
+
+        step = self.codecs[rank]
+        step.step(grads)
+        msgs = step.last_messages
+        self._codec_id = next(iter(msgs.values())).codec
+        return encode_tensors({n: np.frombuffer(encode(msgs[n]), np.uint8) for n in sorted(msgs)})
+
+    def _parse(self, data: bytes) -> Grads:
+        """A peer's message as float32 gradients (decompressed with compression)."""
+        if self.codecs is None:
+            return parse_message(data, self.shapes, self._size)
+        from dk.compress.wire import decode
+
+        if len(data) > 4 * self._size + 4096:
+            raise FormatError("a rank's compressed message is larger than its gradients")
+        got = decode_tensors(data, max_tensors=len(self.shapes))
+        if set(got) != set(self.shapes) or any(v.dtype != np.uint8 for v in got.values()):
+            raise FormatError("a rank's compressed message does not hold the job's parameters")
+        out: Grads = {}
+        for name, shape in self.shapes.items():
+            size = int(np.prod(shape))
+            msg = decode(got[name].tobytes(), max_elements=size)
+            if tuple(msg.shape) != tuple(shape) or msg.codec != self._codec_id:
+                raise FormatError(f"a rank's compressed {name} has shape {msg.shape}")
+            buf = np.empty(shape, dtype=np.float32)
+            self.codecs[0].codec.decompress(msg, buf)
+            out[name] = buf
+        return out
 
     def _gradient(self, x: np.ndarray, y: np.ndarray) -> Grads:
         with _numba_threads(self.threads):
@@ -134,16 +214,16 @@ class ParallelKernelSession(KernelSession):
         """One data-parallel step on the step's **global** batch ``(x, y)``."""
         w, t = self.world_size, self.t
         if self.exchange is None:  # the verifier: every rank, in rank order
-            msgs = [grad_message(self._gradient(x[r::w], y[r::w])) for r in range(w)]
+            msgs = [self._message(r, self._gradient(x[r::w], y[r::w])) for r in range(w)]
         else:
             mine = self._gradient(x[self.rank :: w], y[self.rank :: w])
             if self.fault is not None:
                 mine, self._previous = self.fault(t, self.rank, mine, self._previous), mine
-            own = grad_message(mine)
+            own = self._message(self.rank, mine)
             msgs = self.exchange(own)
             if len(msgs) != w or msgs[self.rank] != own:
                 raise FormatError("the all-gather did not return this rank's message in place")
-        grads = [parse_message(m, self.shapes, self._size) for m in msgs]
+        grads = [self._parse(m) for m in msgs]
         per_rank = self._digests.setdefault(t // self.job.interval, [[] for _ in range(w)])
         for r, m in enumerate(msgs):
             per_rank[r].append(step_digest(t, m))

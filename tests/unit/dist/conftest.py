@@ -14,9 +14,18 @@ from dk.crypto.keys import SigningKey
 KEYS = [SigningKey(bytes([r + 1]) * 32) for r in range(4)]
 
 
-def dp_job(world_size: int = 2, **kw: Any) -> Any:
+def dp_job(world_size: int = 2, compression: str = "", **kw: Any) -> Any:
     """The tiny digits job (20 steps, intervals of 5, batch 16) on ``world_size`` ranks."""
-    return tiny_job(**kw).with_updates(train={"world_size": world_size})
+    job = tiny_job(**kw).with_updates(train={"world_size": world_size})
+    if compression:  # checkpoint 0 then holds each rank's codec counter: re-pin its root
+        from dk.pol.checkpoint import checkpoint_root, initial_checkpoint
+        from dk.pol.data import load_dataset
+
+        job = job.with_updates(train={"compression": compression}, pol={"init_root": ""})
+        spe = len(load_dataset(job)) // job.train["batch_size"]
+        root = checkpoint_root(initial_checkpoint(job, spe)).hex()
+        job = job.with_updates(pol={"init_root": root})
+    return job
 
 
 def run_threads(
