@@ -100,8 +100,8 @@ def _check_codec_state(job: JobSpec, step: int, ck: Mapping[str, np.ndarray]) ->
             )
         return
     prefixes = codec_prefixes(job)
-    for prefix in prefixes:
-        counter = prefix + COUNTER_KEY[len("compress/") :]
+    for pre in prefixes:
+        counter = pre + COUNTER_KEY[len("compress/") :]
         c = ck.get(counter)
         if c is None or c.dtype != np.uint64 or c.shape != (1,):
             raise FormatError(
@@ -109,14 +109,14 @@ def _check_codec_state(job: JobSpec, step: int, ck: Mapping[str, np.ndarray]) ->
             )
     shapes = {n: s for n, s, _ in state_specs(job)}
     for k in keys:
-        prefix = next((p for p in prefixes if k.startswith(p)), None)
-        if prefix is None:
+        found = next((p for p in prefixes if k.startswith(p)), None)
+        if found is None:
             raise FormatError(
                 f"checkpoint at step {step}: bad codec state {k}", reason="SHAPE_MISMATCH"
             )
-        if k == prefix + COUNTER_KEY[len("compress/") :]:
+        if k == found + COUNTER_KEY[len("compress/") :]:
             continue
-        name, _, kind = k[len(prefix) :].rpartition("/")
+        name, _, kind = k[len(found) :].rpartition("/")
         v = ck[k]
         if (
             name not in shapes
