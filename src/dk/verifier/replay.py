@@ -166,6 +166,8 @@ class ReplayResult:
     verdict: str
     reason: Reason | None = None
     message: str = ""
+    #: Data-parallel bundles: the ranks at fault (SPEC §12.6); empty otherwise.
+    blame: tuple[int, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -249,11 +251,24 @@ def replay_interval(
     if not digests_equal(ds.root(), man.data_root):
         return _result(Reason.DATA_UNAVAILABLE, "the verifier's data has another root")
     try:
-        ok, _ = replay_matches(make_replayer(spec, ds), start, claimed, cks[index + 1].root, a, z)
+        ok, fig = replay_matches(make_replayer(spec, ds), start, claimed, cks[index + 1].root, a, z)
     except (BackendUnavailable, ImportError) as e:
         return _result(Reason.BACKEND_UNAVAILABLE, str(e))
     except Exception as e:  # the verifier's own failure is never the worker's fault
         return _result(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+    blame: tuple[int, ...] = ()
+    if "rank_steps" in fig:  # a data-parallel bundle: blame by rank (SPEC §12.6)
+        from dk.verifier.blame import DIGEST, blame_interval, read_rank_steps
+
+        committed = (ivs[index].ext or {}).get("rank_digests") or []
+        if len(committed) != spec.world_size:
+            return _result(Reason.TRANSCRIPT_MALFORMED, f"interval {index} lacks rank digests")
+        evidence = read_rank_steps(b, index, DIGEST * len(committed) * (z - a))
+        blame = tuple(blame_interval(index, committed, fig["rank_steps"], ok, evidence))
+        if ok and blame:
+            return ReplayResult(
+                REJECT, Reason.RANK_DIGEST_MISMATCH, f"interval {index}: rank digests", blame
+            )
     if ok:
         return ReplayResult(ACCEPT)
-    return ReplayResult(REJECT, Reason.REPLAY_MISMATCH, f"interval {index} does not replay")
+    return ReplayResult(REJECT, Reason.REPLAY_MISMATCH, f"interval {index} does not replay", blame)

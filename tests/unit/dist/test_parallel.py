@@ -340,3 +340,17 @@ def test_rank_codecs_follow_the_ddp_hook() -> None:
 
     assert rank_codec("qsgd:levels=4", 1).seed == rank_codec("qsgd:levels=4", 0).seed + 1
     assert rank_codec("topk:0.25", 1) == rank_codec("topk:0.25", 0)
+
+
+def test_the_dispute_replay_blames_by_rank(
+    honest_dp: tuple[Any, Path], stale_dp: tuple[Any, Path]
+) -> None:
+    """The market's one-interval replay (SPEC V §6) names the stale rank too."""
+    from dk.verifier.replay import replay_interval
+
+    job, honest = honest_dp
+    assert replay_interval(honest, job, 3).ok and replay_interval(honest, job, 3).blame == ()
+    res = replay_interval(stale_dp[1], job, 2)
+    assert res.verdict == "reject" and res.reason is not None
+    assert res.reason.value == "REPLAY_MISMATCH" and res.blame == (1,)
+    assert replay_interval(stale_dp[1], job, 0).ok  # before the fault
