@@ -15,7 +15,16 @@ from typing import Any
 import numpy as np
 
 from dk.fl.field import HALF, P, dequantize, quantize
-from dk.fl.secagg import prg_field
+from dk.fl.graph import harary_graph, permutation
+from dk.fl.secagg import Advert, commit_b, prg_field
+from dk.fl.secure_round import (
+    admission_message,
+    field_bytes,
+    masked_message,
+    pack_adverts,
+    pack_blobs,
+    pack_indices,
+)
 from dk.fl.shamir import split_secret
 from dk.fl.wire import MAGIC, unpack_bundle
 from dk.vectors import write_cases
@@ -126,24 +135,42 @@ def _secagg() -> list[dict[str, Any]]:
     inputs = {str(u): [int(v) for v in rng.integers(0, P, 6, dtype=np.uint64)] for u in range(5)}
     inputs["0"][:2] = [0, P - 1]
     inputs["1"][:1] = [HALF]
+    inputs8 = {str(u): [int(v) for v in rng.integers(0, P, 6, dtype=np.uint64)] for u in range(8)}
+    session = hashlib.sha256(b"round").hexdigest()
+    g = harary_graph(8, 2, bytes.fromhex(session))  # a ring: groups of 3
+    ring_one = sorted(g[0])[:1]  # one neighbour of client 0 gone: its group keeps t = 2
+    ring_two = sorted(g[0])  # both neighbours of client 0 gone: 1 < t survivors there
     cases = []
-    for comment, before_input, before_unmask, result in (
-        ("no dropout", [], [], "valid"),
-        ("one client drops before its masked input", [3], [], "valid"),
-        ("n - t = 2 drop: one before input, one silent at unmasking", [1], [4], "valid"),
-        ("3 of 5 drop, t = 3: fails", [0, 1, 2], [], "invalid"),
+    for comment, before_input, before_unmask, result, n, t, degree in (
+        ("no dropout", [], [], "valid", 5, 3, None),
+        ("one client drops before its masked input", [3], [], "valid", 5, 3, None),
+        (
+            "n - t = 2 drop: one before input, one silent at unmasking",
+            [1],
+            [4],
+            "valid",
+            5,
+            3,
+            None,
+        ),
+        ("3 of 5 drop, t = 3: fails", [0, 1, 2], [], "invalid", 5, 3, None),
+        ("SecAgg+ ring (k = 2, t = 2), no dropout", [], [], "valid", 8, 2, 2),
+        ("SecAgg+ ring, one neighbour of client 0 drops", ring_one, [], "valid", 8, 2, 2),
+        ("SecAgg+ ring, both neighbours of client 0 drop: fails", ring_two, [], "invalid", 8, 2, 2),
     ):
         c: dict[str, Any] = {
             "comment": comment,
             "result": result,
-            "n": 5,
-            "t": 3,
-            "session": hashlib.sha256(b"round").hexdigest(),
+            "n": n,
+            "t": t,
+            "session": session,
             "rng_seed": 7,
-            "inputs": inputs,
+            "inputs": inputs if n == 5 else inputs8,
             "drop_before_input": before_input,
             "drop_before_unmask": before_unmask,
         }
+        if degree is not None:
+            c["degree"] = degree
         if result == "valid":
             total, survivors, masked = secagg_round(c)
             c["survivors"] = sorted(survivors)
@@ -155,6 +182,106 @@ def _secagg() -> list[dict[str, Any]]:
             c["expected_reason"] = "SecAggError"
         cases.append(c)
     return _number(cases)
+
+
+def _graph() -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = []
+    for n, k, tag in ((12, 4, b"a"), (10, 8, b"b"), (6, 5, b"c"), (2, 1, b"d")):
+        session = hashlib.sha256(tag).digest()
+        cases.append(
+            {
+                "comment": f"H({k}, {n}) relabelled" + (" = complete" if k == n - 1 else ""),
+                "result": "valid",
+                "n": n,
+                "k": k,
+                "session": session.hex(),
+                "permutation": permutation(n, session),
+                "neighbours": [sorted(nb) for nb in harary_graph(n, k, session)],
+            }
+        )
+    for n, k, why in ((12, 3, "odd degree below n - 1"), (5, 5, "degree n"), (5, 0, "degree 0")):
+        cases.append(
+            {
+                "comment": why,
+                "result": "invalid",
+                "n": n,
+                "k": k,
+                "session": "00" * 32,
+                "expected_reason": "ValueError",
+            }
+        )
+    return _number(cases)
+
+
+def _round_messages() -> list[dict[str, Any]]:
+    session = hashlib.sha256(b"session").digest()
+    adverts = {
+        u: Advert(hashlib.sha256(b"c%d" % u).digest(), hashlib.sha256(b"s%d" % u).digest())
+        for u in (0, 2, 3)
+    }
+    key_list = pack_adverts(adverts)
+    peers = pack_indices([0, 3])
+    y = field_bytes(np.array([0, 1, P - 1], dtype=np.uint64))
+    b = bytes(range(32))
+    job_id, worker, root = (hashlib.sha256(x).digest() for x in (b"job", b"worker", b"root"))
+    adm = admission_message(session, 2, job_id, worker, adverts[2], commit_b(b, session))
+    msk = masked_message(session, 2, root, key_list, peers, y)
+    unsorted = b"\0\0\0\2" + key_list[4 + 68 : 4 + 136] + key_list[4 : 4 + 68]
+    return _number(
+        [
+            {
+                "comment": "key list, set, field vector; admission and masked-input messages",
+                "result": "valid",
+                "session": session.hex(),
+                "adverts": {str(u): [a.c_pk.hex(), a.s_pk.hex()] for u, a in adverts.items()},
+                "key_list": key_list.hex(),
+                "peers": [0, 3],
+                "peers_packed": peers.hex(),
+                "y": [0, 1, P - 1],
+                "y_packed": y.hex(),
+                "b": b.hex(),
+                "b_commit": commit_b(b, session).hex(),
+                "index": 2,
+                "job_id": job_id.hex(),
+                "worker_key": worker.hex(),
+                "final_root": root.hex(),
+                "admission": adm.hex(),
+                "masked": msk.hex(),
+            },
+            {
+                "comment": "key list out of index order",
+                "result": "invalid",
+                "kind": "key_list",
+                "data": unsorted.hex(),
+                "n": 4,
+                "expected_reason": "SecAggError",
+            },
+            {
+                "comment": "key list index not below n",
+                "result": "invalid",
+                "kind": "key_list",
+                "data": key_list.hex(),
+                "n": 3,
+                "expected_reason": "SecAggError",
+            },
+            {
+                "comment": "blob entry over the ciphertext bound",
+                "result": "invalid",
+                "kind": "blobs",
+                "data": pack_blobs({0: bytes(200)}).hex(),
+                "n": 4,
+                "expected_reason": "SecAggError",
+            },
+            {
+                "comment": "field vector word >= p",
+                "result": "invalid",
+                "kind": "field",
+                "data": (y[:8] + struct.pack("<I", P)).hex(),
+                "n": 3,
+                "expected_reason": "SecAggError",
+            },
+        ]
+    )
 
 
 def _pack(files: list[tuple[str, bytes]]) -> bytes:
@@ -352,6 +479,8 @@ def generate(root: Path) -> None:
     write_cases(d / "field.json", "secagg-field", _field())
     write_cases(d / "shamir.json", "secagg-shamir", _shamir())
     write_cases(d / "secagg.json", "secagg-round", _secagg())
+    write_cases(d / "graph.json", "secaggplus-graph", _graph())
+    write_cases(d / "round_messages.json", "secure-round-messages", _round_messages())
     write_cases(d / "wire.json", "packed-bundle", _wire())
     write_cases(d / "round_job.json", "round-job", _round_job())
     write_cases(d / "dp_job.json", "dp-job", _dp_job())

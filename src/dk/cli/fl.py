@@ -32,6 +32,15 @@ def fl() -> None:
 @click.option("--lazy", type=click.IntRange(0, 64), default=0, help="Clients that stop training.")
 @click.option("--engine", type=click.Choice(["ray", "grpc"]), default="ray", show_default=True)
 @click.option("--samples", type=click.IntRange(1, 10_000), default=None, help="Intervals replayed.")
+@click.option(
+    "--secagg",
+    type=click.Choice(["none", "secagg", "plus"]),
+    default="none",
+    show_default=True,
+    help="Secure aggregation: SecAgg (complete graph) or SecAgg+ (sparse graph).",
+)
+@click.option("--degree", type=click.IntRange(1, 63), default=None, help="SecAgg+ graph degree.")
+@click.option("--threshold", type=click.IntRange(2, 64), default=None, help="Shamir threshold t.")
 @click.option("--workdir", type=click.Path(file_okay=False), default="fl-run", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 @click.pass_obj
@@ -45,15 +54,28 @@ def run(
     lazy: int,
     engine: str,
     samples: int | None,
+    secagg: str,
+    degree: int | None,
+    threshold: int | None,
     workdir: str,
     as_json: bool,
 ) -> None:
     """Split JOB's data over CLIENTS clients and run ROUNDS Flower rounds (Ray simulation, or
     separate processes on 127.0.0.1 with --engine grpc); print each round's report."""
     from dk.fl.run import run_federated
+    from dk.fl.secure_round import SecAggConfig
 
     if lazy > clients:
         app.abort(f"--lazy {lazy} is more than --clients {clients}", ExitCode.USAGE)
+    sa = None
+    if secagg != "none":
+        if aggregator != "fedavg":
+            app.abort("--secagg sums updates: it needs --aggregator fedavg", ExitCode.USAGE)
+        sa = SecAggConfig(plus=secagg == "plus", degree=degree, threshold=threshold)
+        try:
+            sa.shape(clients)
+        except ValueError as e:
+            app.abort(str(e), ExitCode.USAGE)
     res = run_federated(
         job,
         clients=clients,
@@ -64,11 +86,17 @@ def run(
         lazy=lazy,
         engine=engine,
         samples=samples,
+        secagg=sa,
     )
     if as_json:
         app.emit_json(res.to_dict())
         return
     for r in res.reports:
         rej = ", ".join(f"{x['client']} ({' '.join(x['codes'])})" for x in r["rejected"]) or "-"
-        app.print(f"round {r['round']}: aggregated {len(r['accepted'])}, rejected: {rej}")
+        line = f"round {r['round']}: aggregated {len(r['accepted'])}, rejected: {rej}"
+        if "secagg" in r:
+            line += f", dropped: {', '.join(r['dropped']) or '-'} ({r['aggregator']})"
+        if "error" in r:
+            line += f"; round failed: {r['error']}"
+        app.print(line)
     app.print(f"accuracy after {res.rounds} rounds ({res.aggregator}): {100 * res.accuracy:.1f} %")

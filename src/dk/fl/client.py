@@ -7,9 +7,15 @@ the final checkpoint's weights with, in the fit metrics, ``bundle`` (packed byte
 ``data_root`` and ``client`` (its name). Its data never leaves it; only the party it lets verify
 (``data_for`` on the coordinator's side) needs a copy.
 
+In a secure round (SPEC §VII.2) the coordinator's ``config`` names a ``stage`` and the client
+answers with that stage's message (:func:`dk.fl.secure_round.client_stage`); its weights never
+leave it. Its round secrets live in a :class:`~dk.fl.secure_round.StateStore` (Flower's
+``Context.state`` in the Ray simulation, where a client object lives for one message).
+
 ``behaviour`` makes dishonest clients for tests and the benchmark: ``"lazy"`` trains once, then
 stops training (returns the global weights plus noise and re-sends its first bundle),
-``"mismatch"`` trains and proves but returns other weights than it proved.
+``"mismatch"`` trains and proves but returns (or, in a secure round, masks) other weights than
+it proved, ``"drop"`` goes silent in a secure round's masking stage.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from dk.pol.data import load_npz
 from dk.pol.job import JobSpec
 from dk.pol.models import initial_state
 
-BEHAVIOURS = ("honest", "lazy", "mismatch")
+BEHAVIOURS = ("honest", "lazy", "mismatch", "drop")
 
 
 class DkClient(NumPyClient):  # type: ignore[misc]
@@ -44,6 +50,7 @@ class DkClient(NumPyClient):  # type: ignore[misc]
         workdir: Path,
         name: str,
         behaviour: str = "honest",
+        context: Any | None = None,
     ) -> None:
         if behaviour not in BEHAVIOURS:
             raise ValueError(f"behaviour must be one of {', '.join(BEHAVIOURS)}")
@@ -51,6 +58,9 @@ class DkClient(NumPyClient):  # type: ignore[misc]
         self.workdir, self.name, self.behaviour = Path(workdir), name, behaviour
         self.data_root = load_npz(self.data_path).root().hex()
         self._last_bundle: bytes | None = None
+        from dk.fl.secure_round import StateStore
+
+        self.store = StateStore(context)
 
     def get_parameters(self, config: dict[str, Any]) -> list[np.ndarray]:
         """The template's initial weights (Flower asks one client when the strategy has none)."""
@@ -60,11 +70,26 @@ class DkClient(NumPyClient):  # type: ignore[misc]
     def fit(
         self, parameters: list[np.ndarray], config: dict[str, Any]
     ) -> tuple[list[np.ndarray], int, dict[str, Any]]:
-        """Train this round's job from ``parameters``; return the update and its bundle."""
+        """Train this round's job from ``parameters``; return the update and its bundle (or,
+        when ``config`` names a secure-aggregation stage, that stage's message)."""
+        if "stage" in config:
+            from dk.fl.secure_round import client_stage
+
+            return client_stage(
+                self._train,
+                parameters,
+                config,
+                self.store,
+                behaviour=self.behaviour,
+            )
+        return self._train(parameters, int(config.get("round", 0)))
+
+    def _train(
+        self, parameters: list[np.ndarray], r: int
+    ) -> tuple[list[np.ndarray], int, dict[str, Any]]:
         from dk.pol import train_job
         from dk.prover import prove_run
 
-        r = int(config.get("round", 0))
         names = param_names(self.template)
         n = len(load_npz(self.data_path))
         metrics: dict[str, Any] = {"client": self.name, "data_root": self.data_root}

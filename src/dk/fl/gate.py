@@ -55,36 +55,37 @@ class ClientVerdict:
         }
 
 
-def verify_update(
+@dataclass
+class ProvenUpdate:
+    """What a verified bundle proves: the round job, the worker and the final weights."""
+
+    job_id: bytes
+    worker_key: str
+    final_root: bytes
+    weights: Weights
+
+
+def check_bundle(
     template: JobSpec,
     *,
     round_index: int,
     weights_path: Path,
-    new_weights: Weights,
     metrics: Mapping[str, Any],
     data_for: Callable[[str], Path | None],
     beacon: bytes | None = None,
     samples: int | None = None,
-) -> ClientVerdict:
-    """Verify one client's update; never raises on a client's bad input.
-
-    Args:
-        template: the consumer's job.
-        round_index: the round the update answers.
-        weights_path: the global weights the coordinator sent this round.
-        new_weights: the weights the client returned.
-        metrics: the client's fit metrics (``bundle``, ``data_root``, ``client``).
-        data_for: the coordinator's copy of the data with a given root, or None.
-        beacon: challenge entropy fixed after the client committed (default: fresh 32 bytes).
-        samples: intervals to replay (default: the verifier's policy).
-    """
+) -> tuple[ClientVerdict, ProvenUpdate | None]:
+    """Steps 1, 3 and 4 of the gate (SPEC §VII.1): the client's bundle verifies for its round
+    job; returns the verdict and, when it passed, what the bundle proves. Never raises on a
+    client's bad input."""
     name = str(metrics.get("client", "?"))[:64]
     bundle, root = metrics.get("bundle"), metrics.get("data_root")
     if not isinstance(bundle, bytes) or not isinstance(root, str) or len(root) != 64:
-        return ClientVerdict(name, False, [BUNDLE_MISSING], "no bundle or data root in the update")
+        msg = "no bundle or data root in the update"
+        return ClientVerdict(name, False, [BUNDLE_MISSING], msg), None
     data_path = data_for(root)
     if data_path is None:
-        return ClientVerdict(name, False, [DATA_UNAVAILABLE], "no verifier copy of this data")
+        return ClientVerdict(name, False, [DATA_UNAVAILABLE], "no verifier copy of this data"), None
     from dk.verifier import verify_bundle
 
     tmp = Path(tempfile.mkdtemp(prefix="dk-fl-"))
@@ -99,30 +100,70 @@ def verify_update(
                 data_root=root,
             )
         except FormatError as e:
-            return ClientVerdict(name, False, [BUNDLE_MALFORMED], str(e))
+            return ClientVerdict(name, False, [BUNDLE_MALFORMED], str(e)), None
         rep = verify_bundle(
             bdir, job, beacon=beacon if beacon is not None else os.urandom(32), samples=samples
         )
         if not rep.ok:
-            return ClientVerdict(name, False, list(rep.codes), _first_detail(rep))
+            return ClientVerdict(name, False, list(rep.codes), _first_detail(rep)), None
         m = parse_manifest((bdir / "manifest.json").read_bytes()).raw
         worker = str(m["worker_key"])
-        final = model_tensors(parse_blob(read_blob_file(bdir / m["checkpoints"][-1]["blob"])))
-        same = set(final) == set(new_weights) and all(
-            final[k].dtype == v.dtype and np.array_equal(final[k], v)
-            for k, v in new_weights.items()
-        )
-        if not same:
-            return ClientVerdict(
-                name,
-                False,
-                [UPDATE_MISMATCH],
-                "weights differ from the proven final checkpoint",
-                worker,
-            )
-        return ClientVerdict(name, True, [], "", worker)
+        last = m["checkpoints"][-1]
+        final = model_tensors(parse_blob(read_blob_file(bdir / last["blob"])))
+        proven = ProvenUpdate(job.job_id, worker, bytes.fromhex(str(last["root"])), final)
+        return ClientVerdict(name, True, [], "", worker), proven
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def verify_update(
+    template: JobSpec,
+    *,
+    round_index: int,
+    weights_path: Path,
+    new_weights: Weights,
+    metrics: Mapping[str, Any],
+    data_for: Callable[[str], Path | None],
+    beacon: bytes | None = None,
+    samples: int | None = None,
+) -> ClientVerdict:
+    """Verify one client's update (all five steps of SPEC §VII.1); never raises on a client's
+    bad input.
+
+    Args:
+        template: the consumer's job.
+        round_index: the round the update answers.
+        weights_path: the global weights the coordinator sent this round.
+        new_weights: the weights the client returned.
+        metrics: the client's fit metrics (``bundle``, ``data_root``, ``client``).
+        data_for: the coordinator's copy of the data with a given root, or None.
+        beacon: challenge entropy fixed after the client committed (default: fresh 32 bytes).
+        samples: intervals to replay (default: the verifier's policy).
+    """
+    verdict, proven = check_bundle(
+        template,
+        round_index=round_index,
+        weights_path=weights_path,
+        metrics=metrics,
+        data_for=data_for,
+        beacon=beacon,
+        samples=samples,
+    )
+    if proven is None:
+        return verdict
+    final = proven.weights
+    same = set(final) == set(new_weights) and all(
+        final[k].dtype == v.dtype and np.array_equal(final[k], v) for k, v in new_weights.items()
+    )
+    if not same:
+        return ClientVerdict(
+            verdict.client,
+            False,
+            [UPDATE_MISMATCH],
+            "weights differ from the proven final checkpoint",
+            verdict.worker_key,
+        )
+    return verdict
 
 
 def _first_detail(rep: Any) -> str:

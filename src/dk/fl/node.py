@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--data", type=Path, action="append", default=[])
     s.add_argument("--samples", type=int)
     s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--secagg", choices=["none", "secagg", "plus"], default="none")
+    s.add_argument("--degree", type=int)
+    s.add_argument("--threshold", type=int)
     c.add_argument("--data", type=Path, required=True)
     c.add_argument("--name", required=True)
     c.add_argument("--key-seed", type=Path, required=True)
@@ -43,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.role == "server":
         from flwr.server import ServerConfig, start_server
 
-        from dk.fl.run import data_index
+        from dk.fl.run import data_index, secure_server
+        from dk.fl.secure_round import SecAggConfig
         from dk.fl.strategy import DkStrategy
 
         strategy = DkStrategy(
@@ -56,10 +60,15 @@ def main(argv: list[str] | None = None) -> int:
             samples=a.samples,
             min_clients=a.clients,
         )
+        secagg = (
+            None
+            if a.secagg == "none"
+            else SecAggConfig(plus=a.secagg == "plus", degree=a.degree, threshold=a.threshold)
+        )
         start_server(
             server_address=a.address,
             config=ServerConfig(num_rounds=a.rounds, round_timeout=1200),
-            strategy=strategy,
+            **secure_server(template, strategy, data_index(a.data), a.samples, secagg),
         )
         a.out.write_text(
             json.dumps(

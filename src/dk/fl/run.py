@@ -9,8 +9,11 @@ shards (``.npz``, seeded by the job's seed); each client gets a fresh Ed25519 ke
   client (``start_client``) run as separate ``python -m dk.fl.node`` processes.
 
 In both the coordinator verifies with its own copies of the shards (in a deployment: a party
-each client lets see its data). The result holds every round's report and the final accuracy on
-the full dataset.
+each client lets see its data). With ``secagg`` (SPEC §VII.2) each round is a secure
+aggregation (SecAgg, or SecAgg+ on a sparse graph) run by
+:class:`dk.fl.secure_server.SecAggFlowerServer`, with a :class:`~dk.fl.secure_round.RoundVerifier`
+holding the shard copies in the coordinator's process. The result holds every round's report
+and the final accuracy on the full dataset.
 """
 
 from __future__ import annotations
@@ -22,13 +25,16 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dk.errors import BackendUnavailable
 from dk.pol.data import load_dataset, load_npz
 from dk.pol.job import JobSpec, as_job
+
+if TYPE_CHECKING:
+    from dk.fl.secure_round import SecAggConfig
 
 ENGINES = ("ray", "grpc")
 MAX_CLIENTS = 64
@@ -107,6 +113,7 @@ def run_federated(
     engine: str = "ray",
     samples: int | None = None,
     timeout: float = 1800.0,
+    secagg: SecAggConfig | None = None,
 ) -> FlResult:
     """Run ``rounds`` federated rounds of ``job`` with ``clients`` clients.
 
@@ -121,6 +128,7 @@ def run_federated(
         engine: ``ray`` (Flower simulation) or ``grpc`` (separate processes on 127.0.0.1).
         samples: intervals the coordinator replays per bundle (default: verifier policy).
         timeout: seconds the ``grpc`` engine waits for its processes.
+        secagg: run every round as a secure aggregation (FedAvg rule only); None: in the clear.
     """
     try:
         import flwr  # noqa: F401
@@ -131,13 +139,27 @@ def run_federated(
         raise ValueError(f"need 2 <= clients <= {MAX_CLIENTS}, rounds >= 1, 0 <= lazy <= clients")
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}")
+    if secagg is not None:
+        if aggregator != "fedavg":
+            raise ValueError("secure aggregation only sums updates: use --aggregator fedavg")
+        secagg.shape(clients)  # refuse a bad threshold or degree before any work
     workdir = Path(workdir).resolve()
     shards, root = prepare_shards(template, clients, workdir / "data")
     keys = [os.urandom(32) for _ in range(clients)]
     behaviours = ["lazy" if i < lazy else "honest" for i in range(clients)]
     if engine == "ray":
         reports, weights = _run_ray(
-            template, shards, root, keys, behaviours, rounds, workdir, aggregator, f, samples
+            template,
+            shards,
+            root,
+            keys,
+            behaviours,
+            rounds,
+            workdir,
+            aggregator,
+            f,
+            samples,
+            secagg,
         )
     else:
         reports, weights = _run_grpc(
@@ -152,6 +174,7 @@ def run_federated(
             f,
             samples,
             timeout,
+            secagg,
         )
     return FlResult(rounds, clients, aggregator, reports, accuracy(template, weights))
 
@@ -167,6 +190,7 @@ def _run_ray(
     aggregator: str,
     f: int,
     samples: int | None,
+    secagg: SecAggConfig | None,
 ) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
     from flwr.server import ServerConfig
     from flwr.simulation import start_simulation
@@ -195,13 +219,14 @@ def _run_ray(
             workdir=workdir / "clients",
             name=f"client{i}",
             behaviour=behaviours[i],
+            context=context,
         ).to_client()
 
     start_simulation(
         client_fn=client_fn,
         num_clients=len(shards),
         config=ServerConfig(num_rounds=rounds),
-        strategy=strategy,
+        **secure_server(template, strategy, data_index(shards), samples, secagg),
         client_resources={"num_cpus": 1},
         ray_init_args={
             "ignore_reinit_error": True,
@@ -211,6 +236,33 @@ def _run_ray(
         },
     )
     return strategy.reports, strategy.global_weights
+
+
+def secure_server(
+    template: JobSpec,
+    strategy: Any,
+    data: dict[str, Path],
+    samples: int | None,
+    secagg: SecAggConfig | None,
+) -> dict[str, Any]:
+    """Flower's ``server=`` (a secure-aggregation server) or ``strategy=`` argument."""
+    if secagg is None:
+        return {"strategy": strategy}
+    from dk.crypto.keys import SigningKey
+    from dk.fl.secure_round import RoundVerifier
+    from dk.fl.secure_server import SecAggFlowerServer
+
+    verifier = RoundVerifier(
+        template, key=SigningKey(os.urandom(32)), data_for=data.get, samples=samples
+    )
+    return {"server": SecAggFlowerServer(strategy=strategy, verifier=verifier, config=secagg)}
+
+
+def _secagg_args(cfg: SecAggConfig) -> list[str]:
+    out = ["--secagg", "plus" if cfg.plus else "secagg"]
+    out += ["--degree", str(cfg.degree)] if cfg.degree is not None else []
+    out += ["--threshold", str(cfg.threshold)] if cfg.threshold is not None else []
+    return out
 
 
 def _free_port() -> int:
@@ -231,6 +283,7 @@ def _run_grpc(
     f: int,
     samples: int | None,
     timeout: float,
+    secagg: SecAggConfig | None,
 ) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
     job_path = workdir / "job.toml"
     job_path.write_text(template.to_toml())
@@ -260,6 +313,7 @@ def _run_grpc(
         str(out),
         *[a for s in shards for a in ("--data", str(s))],
         *(["--samples", str(samples)] if samples is not None else []),
+        *(_secagg_args(secagg) if secagg is not None else []),
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     procs = [subprocess.Popen(server_cmd, env=env)]

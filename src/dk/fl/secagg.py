@@ -14,6 +14,10 @@ Machine Learning") for an honest-but-curious coordinator, in four rounds:
    dropped ``v ∈ U2 \\ U3`` — never both for one ``v``. With ``t`` responses the coordinator
    removes the self-masks and the dropped clients' pair masks: the result is ``Σ_{U3} x_u``.
 
+SecAgg+ (Bell et al., CCS 2020) runs the same rounds on a sparse random graph
+(:mod:`dk.fl.graph`, ``degree=k``): keys, shares and pair masks only between neighbours, and the
+threshold ``t`` applies within each client's neighbourhood ``N(u) ∪ {u}``.
+
 Masks are expanded by ChaCha20 (RFC 8439 keystream via ``cryptography``) with rejection sampling
 to F_p; keys come from HKDF-SHA256 salted with the round's ``session`` bytes. Up to ``n - t``
 clients may drop; with fewer than ``t`` the round fails with :class:`SecAggError`.
@@ -21,6 +25,8 @@ clients may drop; with fewer than ``t`` the round fails with :class:`SecAggError
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import struct
 from collections.abc import Callable, Iterable, Mapping
@@ -35,11 +41,13 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from dk.fl.field import P, field_kernel
+from dk.fl.graph import Graph, make_graph
 from dk.fl.shamir import SHARE_BYTES, SecAggError, combine_shares, split_secret
 
 TAG_PAIR = b"dk/v1/secagg/pair"
 TAG_SELF = b"dk/v1/secagg/self"
 TAG_ENC = b"dk/v1/secagg/enc"
+TAG_BCOMMIT = b"dk/v1/secagg/bcommit"
 _RAW = (serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 __all__ = [
@@ -47,6 +55,8 @@ __all__ = [
     "SecAggClient",
     "SecAggError",
     "SecAggServer",
+    "apply_masks",
+    "commit_b",
     "prg_field",
     "secure_sum",
 ]
@@ -88,6 +98,40 @@ def _self_seed(b: bytes, session: bytes) -> bytes:
     return _kdf(b, session, TAG_SELF)
 
 
+def commit_b(b: bytes, session: bytes) -> bytes:
+    """``SHA-256(TAG_BCOMMIT || session || b)``: a client's commitment to its self-mask seed."""
+    return hashlib.sha256(TAG_BCOMMIT + session + b).digest()
+
+
+def apply_masks(
+    x: np.ndarray,
+    *,
+    index: int,
+    s_key: X25519PrivateKey,
+    b: bytes,
+    s_pks: Mapping[int, bytes],
+    peers: Iterable[int],
+    session: bytes,
+    p: int = P,
+    backend: str = "numba",
+) -> np.ndarray:
+    """``y = x + prg(self key) + Σ_{v ∈ peers} ±prg(pair seed)`` (``+`` when ``index < v``).
+
+    ``x`` is a field vector (uint64, reduced mod p); ``s_pks`` maps each peer to its masking
+    public key. The client computes this in round 2; a verifier holding the client's secrets
+    recomputes it (SPEC §VII.2, *Composition with the PoL gate*).
+    """
+    add, sub = field_kernel("add", backend), field_kernel("sub", backend)
+    y = np.ascontiguousarray(x, dtype=np.uint64).copy()
+    if np.any(y >= np.uint64(p)):
+        raise ValueError("input is not reduced mod p")
+    add(y, prg_field(_self_seed(b, session), y.size, p, backend), p, y)
+    for v in sorted(set(peers) - {index}):
+        m = prg_field(_pair_seed(s_key, s_pks[v], index, v, session), y.size, p, backend)
+        (add if index < v else sub)(y, m, p, y)
+    return y
+
+
 @dataclass(frozen=True)
 class Advert:
     """Round 0 message: a client's two X25519 public keys (32 bytes each)."""
@@ -104,8 +148,18 @@ class UnmaskResponse:
     s_shares: dict[int, bytes] = field(default_factory=dict)
 
 
+def _raw_private(key: X25519PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+
+
 class SecAggClient:
-    """One client's side of a secure-aggregation round (SPEC §VII.2)."""
+    """One client's side of a secure-aggregation round (SPEC §VII.2).
+
+    ``degree=None`` runs SecAgg on the complete graph; an integer runs SecAgg+ on the graph
+    :func:`dk.fl.graph.harary_graph` derives from ``session``.
+    """
 
     def __init__(
         self,
@@ -117,10 +171,16 @@ class SecAggClient:
         p: int = P,
         random_bytes: Callable[[int], bytes] = os.urandom,
         backend: str = "numba",
+        degree: int | None = None,
     ) -> None:
         if not 0 <= index < n or not 1 <= t <= n:
             raise ValueError(f"bad client index {index} or threshold t={t} for n={n}")
         self.index, self.n, self.t, self.p, self.session = index, n, t, p, session
+        self.degree = degree
+        self.graph: Graph = make_graph(n, session, degree)
+        self.group = self.graph[index] | {index}  # the holders of this client's shares
+        if t > len(self.group):
+            raise ValueError(f"threshold t={t} exceeds the neighbourhood size {len(self.group)}")
         self._rand = random_bytes
         self._c = X25519PrivateKey.from_private_bytes(random_bytes(32))
         self._s = X25519PrivateKey.from_private_bytes(random_bytes(32))
@@ -129,8 +189,65 @@ class SecAggClient:
         self._held: dict[int, tuple[bytes, bytes]] = {}  # sender -> (s share, b share)
         self._u2: set[int] = set()
         self._backend = backend
-        self._add = field_kernel("add", backend)
-        self._sub = field_kernel("sub", backend)
+
+    def secrets(self) -> tuple[bytes, bytes]:
+        """``(s_u private key, b_u)``: what the client's verifier needs to recompute ``y_u``."""
+        return _raw_private(self._s), self._b
+
+    def b_commitment(self) -> bytes:
+        """:func:`commit_b` of this client's self-mask seed."""
+        return commit_b(self._b, self.session)
+
+    def to_state(self) -> bytes:
+        """This client's round state (keys, shares held) as bytes, for a Flower client whose
+        object does not live across messages (Ray simulation). Local only: never sent."""
+        doc = {
+            "index": self.index,
+            "n": self.n,
+            "t": self.t,
+            "p": self.p,
+            "degree": self.degree,
+            "session": self.session.hex(),
+            "c": _raw_private(self._c).hex(),
+            "s": _raw_private(self._s).hex(),
+            "b": self._b.hex(),
+            "adverts": {str(v): [a.c_pk.hex(), a.s_pk.hex()] for v, a in self._adverts.items()},
+            "held": {str(v): [x.hex(), y.hex()] for v, (x, y) in self._held.items()},
+            "u2": sorted(self._u2),
+        }
+        return json.dumps(doc, sort_keys=True).encode()
+
+    @classmethod
+    def from_state(
+        cls,
+        state: bytes,
+        *,
+        random_bytes: Callable[[int], bytes] = os.urandom,
+        backend: str = "numba",
+    ) -> SecAggClient:
+        """The client :meth:`to_state` saved."""
+        d = json.loads(state)
+        keys = [bytes.fromhex(d[k]) for k in ("c", "s", "b")]
+        it = iter(keys)
+        obj = cls(
+            d["index"],
+            n=d["n"],
+            t=d["t"],
+            session=bytes.fromhex(d["session"]),
+            p=d["p"],
+            random_bytes=lambda k: next(it),
+            backend=backend,
+            degree=d["degree"],
+        )
+        obj._rand = random_bytes
+        obj._adverts = {
+            int(v): Advert(bytes.fromhex(a), bytes.fromhex(b)) for v, (a, b) in d["adverts"].items()
+        }
+        obj._held = {
+            int(v): (bytes.fromhex(a), bytes.fromhex(b)) for v, (a, b) in d["held"].items()
+        }
+        obj._u2 = set(d["u2"])
+        return obj
 
     def advertise(self) -> Advert:
         """Round 0: the public keys."""
@@ -145,24 +262,18 @@ class SecAggClient:
         )
 
     def share_keys(self, adverts: Mapping[int, Advert]) -> dict[int, bytes]:
-        """Round 1: encrypted shares of ``s_u`` and ``b_u`` for every other client in ``U1``."""
-        if len(adverts) < self.t or self.index not in adverts:
+        """Round 1: encrypted shares of ``s_u`` and ``b_u`` for every neighbour in ``U1``."""
+        live = set(adverts) & self.group
+        if len(live) < self.t or self.index not in adverts:
             raise SecAggError(
-                f"secure aggregation: {len(adverts)} clients advertised, {self.t} needed"
+                f"secure aggregation: {len(live)} clients advertised, {self.t} needed"
             )
-        self._adverts = dict(adverts)
-        s_secret = self._s.private_bytes(
-            serialization.Encoding.Raw,
-            serialization.PrivateFormat.Raw,
-            serialization.NoEncryption(),
-        )
-        s_sh = split_secret(s_secret, n=self.n, t=self.t, random_bytes=self._rand)
+        self._adverts = {v: adverts[v] for v in live}
+        s_sh = split_secret(_raw_private(self._s), n=self.n, t=self.t, random_bytes=self._rand)
         b_sh = split_secret(self._b, n=self.n, t=self.t, random_bytes=self._rand)
         self._held[self.index] = (s_sh[self.index], b_sh[self.index])
         out = {}
-        for v in sorted(adverts):
-            if v == self.index:
-                continue
+        for v in sorted(live - {self.index}):
             nonce = _u32(self.index) + _u32(v) + bytes(4)
             plain = _u32(self.index) + _u32(v) + s_sh[v] + b_sh[v]
             out[v] = AESGCM(self._enc_key(v)).encrypt(nonce, plain, self.session)
@@ -189,26 +300,34 @@ class SecAggClient:
             raise SecAggError(
                 f"secure aggregation: {len(self._u2)} clients shared keys, {self.t} needed"
             )
-        y = np.ascontiguousarray(x, dtype=np.uint64).copy()
-        if np.any(y >= np.uint64(self.p)):
-            raise ValueError("input is not reduced mod p")
-        self_mask = prg_field(_self_seed(self._b, self.session), y.size, self.p, self._backend)
-        self._add(y, self_mask, self.p, y)
-        for v in sorted(self._u2 - {self.index}):
-            seed = _pair_seed(self._s, self._adverts[v].s_pk, self.index, v, self.session)
-            m = prg_field(seed, y.size, self.p, self._backend)
-            (self._add if self.index < v else self._sub)(y, m, self.p, y)
-        return y
+        return apply_masks(
+            x,
+            index=self.index,
+            s_key=self._s,
+            b=self._b,
+            s_pks={v: a.s_pk for v, a in self._adverts.items()},
+            peers=self._u2,
+            session=self.session,
+            p=self.p,
+            backend=self._backend,
+        )
+
+    @property
+    def peers(self) -> set[int]:
+        """``U2`` as this client saw it (its neighbours whose shares arrived, and itself)."""
+        return set(self._u2)
 
     def unmask(self, survivors: Iterable[int], dropped: Iterable[int]) -> UnmaskResponse:
-        """Round 3: shares of ``b_v`` for survivors and of ``s_v`` for dropped clients.
+        """Round 3: shares of ``b_v`` for surviving and of ``s_v`` for dropped neighbours.
 
         Raises:
-            SecAggError: the sets overlap, leave ``U2``, or hold fewer than ``t`` survivors
-                (revealing both shares of one client would unmask its input).
+            SecAggError: the sets overlap, or restricted to this client's neighbourhood differ
+                from its ``U2`` or hold fewer than ``t`` survivors (revealing both shares of
+                one client would unmask its input).
         """
-        u3, d = set(survivors), set(dropped)
-        if u3 & d or not (u3 | d) <= self._u2 or u3 | d != self._u2:
+        all3, alld = set(survivors), set(dropped)
+        u3, d = all3 & self.group, alld & self.group
+        if all3 & alld or u3 | d != self._u2:
             raise SecAggError("secure aggregation: inconsistent survivor / dropout sets")
         if len(u3) < self.t:
             raise SecAggError(f"secure aggregation: {len(u3)} survivors, {self.t} needed")
@@ -219,14 +338,30 @@ class SecAggClient:
 
 
 class SecAggServer:
-    """The coordinator's side: routes messages, learns only the sum (SPEC §VII.2)."""
+    """The coordinator's side: routes messages, learns only the sum (SPEC §VII.2).
+
+    ``b_commits`` (client → :func:`commit_b`), when given, are checked against every rebuilt
+    self-mask seed: a client that shared another seed than the one its verifier checked is
+    named in the error.
+    """
 
     def __init__(
-        self, *, n: int, t: int, dim: int, session: bytes, p: int = P, backend: str = "numba"
+        self,
+        *,
+        n: int,
+        t: int,
+        dim: int,
+        session: bytes,
+        p: int = P,
+        backend: str = "numba",
+        degree: int | None = None,
+        b_commits: Mapping[int, bytes] | None = None,
     ) -> None:
         if not 1 <= t <= n:
             raise ValueError(f"need 1 <= t <= n, got t={t}, n={n}")
         self.n, self.t, self.dim, self.p, self.session = n, t, dim, p, session
+        self.graph: Graph = make_graph(n, session, degree)
+        self.b_commits = dict(b_commits) if b_commits is not None else None
         self.adverts: dict[int, Advert] = {}
         self.u2: set[int] = set()
         self.u3: set[int] = set()
@@ -254,7 +389,7 @@ class SecAggServer:
         inbox: dict[int, dict[int, bytes]] = {v: {} for v in self.u2}
         for u in sorted(self.u2):
             for v, ct in outboxes[u].items():
-                if v in self.u2:
+                if v in self.u2 and v in self.graph[u]:
                     inbox[v][u] = ct
         return inbox
 
@@ -269,23 +404,38 @@ class SecAggServer:
             self._add(self._acc, y, self.p, self._acc)
         return set(self.u3), self.u2 - self.u3
 
+    def _combine(self, responses: Mapping[int, UnmaskResponse], v: int, kind: str) -> bytes:
+        holders = self.graph[v] | {v}
+        got = {
+            w: getattr(r, kind)[v]
+            for w, r in responses.items()
+            if w in holders and v in getattr(r, kind)
+        }
+        if len(got) < self.t:
+            raise SecAggError(
+                f"secure aggregation: {len(got)} shares of client {v}'s secret, {self.t} needed"
+            )
+        return combine_shares(got, t=self.t)
+
     def unmask(self, responses: Mapping[int, UnmaskResponse]) -> np.ndarray:
-        """Round 3: reconstruct seeds from ``t`` responses; returns ``Σ_{U3} x_u`` in F_p."""
-        u4 = sorted(set(responses) & self.u3)
-        self._need(len(u4), "unmasking responses arrived")
+        """Round 3: reconstruct seeds from ``t`` shares each; returns ``Σ_{U3} x_u`` in F_p."""
+        answered = {w: r for w, r in responses.items() if w in self.u3}
+        self._need(len(answered), "unmasking responses arrived")
         dropped = self.u2 - self.u3
         acc = self._acc.copy()
         for u in sorted(self.u3):
-            shares = {w: responses[w].b_shares[u] for w in u4 if u in responses[w].b_shares}
-            b = combine_shares(shares, t=self.t)
+            b = self._combine(answered, u, "b_shares")
+            if self.b_commits is not None and commit_b(b, self.session) != self.b_commits.get(u):
+                raise SecAggError(
+                    f"secure aggregation: client {u}'s self-mask seed does not match its commitment"
+                )
             mask = prg_field(_self_seed(b, self.session), self.dim, self.p, self._backend)
             self._sub(acc, mask, self.p, acc)
         for d in sorted(dropped):
-            shares = {w: responses[w].s_shares[d] for w in u4 if d in responses[w].s_shares}
-            s_d = X25519PrivateKey.from_private_bytes(combine_shares(shares, t=self.t))
+            s_d = X25519PrivateKey.from_private_bytes(self._combine(answered, d, "s_shares"))
             if s_d.public_key().public_bytes(*_RAW) != self.adverts[d].s_pk:
                 raise SecAggError(f"secure aggregation: shares of client {d}'s key do not match it")
-            for u in sorted(self.u3):
+            for u in sorted(self.u3 & self.graph[d]):
                 seed = _pair_seed(s_d, self.adverts[u].s_pk, d, u, self.session)
                 m = prg_field(seed, self.dim, self.p, self._backend)
                 # y_u holds +m when u < d: remove it with the opposite sign.
@@ -304,8 +454,10 @@ def secure_sum(
     random_bytes: Callable[[int], bytes] = os.urandom,
     backend: str = "numba",
     p: int = P,
+    degree: int | None = None,
 ) -> tuple[np.ndarray, set[int], dict[int, np.ndarray]]:
-    """Run one in-memory round over field vectors ``inputs`` (client index → uint64 vector).
+    """Run one in-memory round over field vectors ``inputs`` (client index → uint64 vector);
+    ``degree`` as for :class:`SecAggClient` (None: SecAgg, an integer: SecAgg+).
 
     Clients in ``drop_before_input`` go silent after sharing keys; those in
     ``drop_before_unmask`` send their masked input but not their unmasking shares.
@@ -316,11 +468,27 @@ def secure_sum(
     dim = next(iter(inputs.values())).size
     clients = {
         u: SecAggClient(
-            u, n=n, t=t, session=session, p=p, random_bytes=random_bytes, backend=backend
+            u,
+            n=n,
+            t=t,
+            session=session,
+            p=p,
+            random_bytes=random_bytes,
+            backend=backend,
+            degree=degree,
         )
         for u in sorted(inputs)
     }
-    server = SecAggServer(n=n, t=t, dim=dim, session=session, p=p, backend=backend)
+    server = SecAggServer(
+        n=n,
+        t=t,
+        dim=dim,
+        session=session,
+        p=p,
+        backend=backend,
+        degree=degree,
+        b_commits={u: c.b_commitment() for u, c in clients.items()},
+    )
     keys = server.collect_adverts({u: c.advertise() for u, c in clients.items()})
     inbox = server.route_shares({u: c.share_keys(keys) for u, c in clients.items()})
     gone = set(drop_before_input)

@@ -92,7 +92,65 @@ def secagg_round(case: dict[str, Any]) -> Any:
         drop_before_input=case["drop_before_input"],
         drop_before_unmask=case["drop_before_unmask"],
         random_bytes=lambda k: rng.bytes(k),
+        degree=case.get("degree"),
     )
+
+
+def _graph_case(case: dict[str, Any]) -> str:
+    from dk.fl.graph import harary_graph, permutation
+
+    session = bytes.fromhex(case["session"])
+    if case["result"] == "invalid":
+        return _expect_error(
+            lambda: harary_graph(case["n"], case["k"], session), case, (ValueError,)
+        )
+    if case["k"] < case["n"] - 1 and permutation(case["n"], session) != case["permutation"]:
+        return "permutation differs"
+    got = [sorted(nb) for nb in harary_graph(case["n"], case["k"], session)]
+    return "" if got == case["neighbours"] else "neighbours differ"
+
+
+def _messages_case(case: dict[str, Any]) -> str:
+    from dk.fl.secagg import Advert, commit_b
+    from dk.fl.secure_round import (
+        admission_message,
+        field_bytes,
+        field_from_bytes,
+        masked_message,
+        pack_adverts,
+        pack_indices,
+        unpack_adverts,
+        unpack_blobs,
+    )
+    from dk.fl.shamir import SecAggError
+
+    if case["result"] == "invalid":
+        data, n = bytes.fromhex(case["data"]), case["n"]
+        parse = {
+            "key_list": lambda: unpack_adverts(data, n),
+            "blobs": lambda: unpack_blobs(data, n),
+            "field": lambda: field_from_bytes(data, n),
+        }[case["kind"]]
+        return _expect_error(parse, case, (SecAggError,))
+    h = bytes.fromhex
+    session = h(case["session"])
+    adverts = {int(u): Advert(h(a), h(b)) for u, (a, b) in case["adverts"].items()}
+    key_list = pack_adverts(adverts)
+    if key_list.hex() != case["key_list"] or unpack_adverts(key_list, 4) != adverts:
+        return "key list differs"
+    peers = pack_indices(case["peers"])
+    y = field_bytes(np.array(case["y"], dtype=np.uint64))
+    if peers.hex() != case["peers_packed"] or y.hex() != case["y_packed"]:
+        return "set or field vector differs"
+    bc = commit_b(h(case["b"]), session)
+    if bc.hex() != case["b_commit"]:
+        return "b commitment differs"
+    u = case["index"]
+    adm = admission_message(session, u, h(case["job_id"]), h(case["worker_key"]), adverts[u], bc)
+    msk = masked_message(session, u, h(case["final_root"]), key_list, peers, y)
+    if adm.hex() != case["admission"]:
+        return "admission message differs"
+    return "" if msk.hex() == case["masked"] else "masked-input message differs"
 
 
 def _wire_case(case: dict[str, Any]) -> str:
@@ -125,6 +183,8 @@ _CHECKS = {
     "field.json": _field_case,
     "shamir.json": _shamir_case,
     "secagg.json": _secagg_case,
+    "graph.json": _graph_case,
+    "round_messages.json": _messages_case,
     "wire.json": _wire_case,
     "round_job.json": _job_case,
     "dp_job.json": _job_case,

@@ -49,3 +49,37 @@ def test_ray_simulation(job_file, tmp_path):
     assert r.exit_code == 0, r.output
     (rep,) = json.loads(r.stdout)["reports"]
     assert rep["accepted"] == ["client0", "client1"] and rep["aggregator"] == "median"
+
+
+@pytest.mark.slow
+def test_secure_aggregation_with_server_and_client_processes(job_file, tmp_path):
+    """SecAgg (SPEC §VII.2) across a coordinator and 3 client processes on 127.0.0.1."""
+    args = ["fl", "run", str(job_file), "--clients", "3", "--rounds", "2", "--lazy", "1"]
+    args += ["--engine", "grpc", "--samples", "2", "--secagg", "secagg", "--threshold", "2"]
+    args += ["--workdir", str(tmp_path / "w"), "--json"]
+    r = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    r1, r2 = json.loads(r.stdout)["reports"]
+    assert r1["aggregator"] == "secagg" and r1["secagg"] == {"n": 3, "t": 2, "degree": 2}
+    assert r1["accepted"] == ["client0", "client1", "client2"] and r1["rejected"] == []
+    # The lazy client's old bundle answers round 1's job: it is never admitted to round 2.
+    assert r2["accepted"] == ["client1", "client2"]
+    assert [(x["client"], x["codes"]) for x in r2["rejected"]] == [("client0", ["JOB_MISMATCH"])]
+
+
+@pytest.mark.slow
+def test_secaggplus_in_the_ray_simulation(job_file, tmp_path):
+    args = ["fl", "run", str(job_file), "--clients", "3", "--rounds", "1", "--samples", "1"]
+    args += ["--secagg", "plus", "--workdir", str(tmp_path / "w"), "--json"]
+    r = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    (rep,) = json.loads(r.stdout)["reports"]
+    assert rep["aggregator"] == "secagg+" and rep["accepted"] == ["client0", "client1", "client2"]
+
+
+def test_secagg_usage_errors(job_file):
+    base = ["fl", "run", str(job_file), "--clients", "3", "--secagg", "plus"]
+    r = CliRunner().invoke(cli, [*base, "--aggregator", "median"])
+    assert r.exit_code == 2 and "fedavg" in r.output
+    r = CliRunner().invoke(cli, [*base, "--threshold", "5"])
+    assert r.exit_code == 2 and "threshold" in r.output
