@@ -187,13 +187,13 @@ def train_rank(
             raise ValueError("rank 0 needs a run directory")
         out = Path(run_dir)
         rec = Recorder(job, out, dataset=dataset, engine=engine, progress=progress)
-        rec.info.ext = {"ranks": ranks}
+        rec.info.ext = {**(rec.info.ext or {}), "ranks": ranks}
         rec.start_engine()
         for _ in range(job.steps):
             rec.engine_step()
         info = rec.finish()
         for iv in info.intervals:
-            iv.ext = {"rank_digests": engine.rank_digests(iv.index)}
+            iv.ext = {**(iv.ext or {}), "rank_digests": engine.rank_digests(iv.index)}
         _write_rank_steps(out, engine, info)
         write_run(out, info)
         payload = canonical_json(build_manifest(info, keys[0]))
