@@ -21,6 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "verifier": {"pol", "crypto", "circuits"},  # circuits only for zk-mode checks
     "market": {"verifier", "pol", "crypto"},  # never the prover
     "fl": {"pol", "prover", "verifier", "crypto", "compress"},
+    "dist": {"pol", "prover", "crypto"},  # data-parallel ranks (SPEC §8.5)
     "vectors": {"crypto", "pol", "compress", "circuits", "prover", "verifier", "market", "fl"},
 }
 

@@ -247,16 +247,56 @@ def _zk_init_extra() -> Any:
 @click.option(
     "--out", required=True, type=click.Path(file_okay=False), help="Run directory to create."
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="ADDRESS",
+    help="Data-parallel job: run the ranks as Ray actors (ray://host:port, auto, or 'local').",
+)
+@click.option(
+    "--world-size", type=int, default=None, help="Ranks (must equal the job's train.world_size)."
+)
+@click.option(
+    "--key-dir",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="With --ray: directory of the ranks' keys rank<r>.key (dk keygen).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def train(app: App, job_file: str, out: str, as_json: bool) -> None:
-    """Train JOB_FILE's model, recording a PoL transcript into the run directory OUT."""
+def train(
+    app: App,
+    job_file: str,
+    out: str,
+    ray_address: str | None,
+    world_size: int | None,
+    key_dir: str | None,
+    as_json: bool,
+) -> None:
+    """Train JOB_FILE's model, recording a PoL transcript into the run directory OUT.
+
+    A data-parallel job (train.world_size > 1) runs with --ray ADDRESS --key-dir KEYS, or under
+    torchrun: torchrun --nproc-per-node W -m dk.dist.launch JOB --out RUN --key-dir KEYS.
+    """
     from dk.pol.job import load_job
     from dk.prover import train as train_job
 
     spec = load_job(job_file)
     if (Path(out) / "run.json").exists():
         app.abort(f"{out} already holds a run", ExitCode.USAGE)
+    if spec.world_size > 1 or ray_address or world_size:
+        if not (ray_address and key_dir):
+            app.abort(
+                f"this job has train.world_size = {spec.world_size}: train it with --ray ADDRESS "
+                "--key-dir KEYS, or under torchrun (python -m dk.dist.launch)",
+                ExitCode.USAGE,
+            )
+        from dk.dist.ray_launch import train_on_ray
+
+        info = train_on_ray(spec, out, key_dir=key_dir, address=ray_address, world_size=world_size)
+        _render_trained(app, out, info, as_json)
+        return
     if as_json or not sys.stderr.isatty():  # no bar to draw: rich is not even imported
         info = train_job(spec, out)
     else:
@@ -278,6 +318,10 @@ def train(app: App, job_file: str, out: str, as_json: bool) -> None:
         ) as bar:
             task = bar.add_task("train", total=spec.steps)
             info = train_job(spec, out, progress=lambda step: bar.update(task, completed=step))
+    _render_trained(app, out, info, as_json)
+
+
+def _render_trained(app: App, out: str, info: Any, as_json: bool) -> None:
     if as_json:
         app.emit_json(
             {

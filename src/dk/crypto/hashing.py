@@ -31,6 +31,9 @@ TAG_CHALLENGE = "dk/v1/challenge"
 TAG_STREAM = "dk/v1/stream"
 TAG_ATTESTATION = "dk/v1/attestation"
 TAG_REPORT = "dk/v1/report"
+TAG_RANK = "dk/v2/rank"  # a rank's signature over the transcript root (SPEC §11.6)
+TAG_RANK_GRAD = "dk/v2/rank/grad"  # one rank's gradient message of one step (SPEC §11.6)
+TAG_RANK_INTERVAL = "dk/v2/rank/interval"  # one rank's digest of one interval (SPEC §11.6)
 
 
 def _prefix(tag: str) -> bytes:

@@ -76,8 +76,16 @@ def initial_checkpoint(job: JobSpec, steps_per_epoch: int) -> Tensors:
     ck.update(hparam_tensors(job))
     ck.update(meta_tensors(job, 0, steps_per_epoch))
     if job.train.get("compression"):
-        ck[COUNTER_KEY] = np.zeros(1, dtype=np.uint64)
+        for prefix in codec_prefixes(job):  # one codec state per rank (SPEC §8.5)
+            ck[prefix + COUNTER_KEY[len("compress/") :]] = np.zeros(1, dtype=np.uint64)
     return ck
+
+
+def codec_prefixes(job: JobSpec) -> list[str]:
+    """Where codec state lives: ``compress/``, or ``compress/rank<r>/`` for each of ``W > 1``
+    data-parallel ranks (each rank compresses with its own state, SPEC §8.5)."""
+    w = job.world_size
+    return ["compress/"] if w == 1 else [f"compress/rank{r}/" for r in range(w)]
 
 
 def _check_codec_state(job: JobSpec, step: int, ck: Mapping[str, np.ndarray]) -> None:
@@ -91,16 +99,24 @@ def _check_codec_state(job: JobSpec, step: int, ck: Mapping[str, np.ndarray]) ->
                 reason="SHAPE_MISMATCH",
             )
         return
-    c = ck.get(COUNTER_KEY)
-    if c is None or c.dtype != np.uint64 or c.shape != (1,):
-        raise FormatError(
-            f"checkpoint at step {step}: {COUNTER_KEY} must be uint64[1]", reason="SHAPE_MISMATCH"
-        )
+    prefixes = codec_prefixes(job)
+    for pre in prefixes:
+        counter = pre + COUNTER_KEY[len("compress/") :]
+        c = ck.get(counter)
+        if c is None or c.dtype != np.uint64 or c.shape != (1,):
+            raise FormatError(
+                f"checkpoint at step {step}: {counter} must be uint64[1]", reason="SHAPE_MISMATCH"
+            )
     shapes = {n: s for n, s, _ in state_specs(job)}
     for k in keys:
-        if k == COUNTER_KEY:
+        found = next((p for p in prefixes if k.startswith(p)), None)
+        if found is None:
+            raise FormatError(
+                f"checkpoint at step {step}: bad codec state {k}", reason="SHAPE_MISMATCH"
+            )
+        if k == found + COUNTER_KEY[len("compress/") :]:
             continue
-        name, _, kind = k[len("compress/") :].rpartition("/")
+        name, _, kind = k[len(found) :].rpartition("/")
         v = ck[k]
         if (
             name not in shapes

@@ -31,6 +31,7 @@ JOB_VERSION = 2
 MAX_JOB_BYTES = 64 * 1024
 MAX_STEPS = 10_000_000
 MAX_WIDTH = 1 << 16
+MAX_WORLD_SIZE = 1024  # data-parallel ranks (SPEC §8.5)
 
 ARCHES = ("linear", "mlp", "cnn", "custom")
 ACTIVATIONS = ("relu", "gelu")
@@ -138,7 +139,7 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[
             )
             and not (where == "init" and k == "path")
             and not (where == "pol" and k == "init_root")
-            and not (where == "train" and k == "dp")
+            and not (where == "train" and k in ("dp", "world_size"))
         ):
             raise _fail(f"unknown key {where + '.' if where else ''}{k}")
         out[k] = v
@@ -270,6 +271,16 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         if t["compression"]:
             raise _fail("train.dp and train.compression do not combine")
 
+    if "world_size" in t:  # data-parallel ranks (SPEC §8.5); 1 is omitted: job_id unchanged
+        _int(t, "world_size", 1, MAX_WORLD_SIZE)
+        if t["world_size"] == 1:
+            del t["world_size"]
+        elif t["batch_size"] % t["world_size"]:
+            raise _fail(
+                f"train.batch_size {t['batch_size']} must be divisible by train.world_size "
+                f"{t['world_size']} (equal shards, SPEC §8.5)"
+            )
+
     p = job["pol"]
     _choice(p, "mode", MODES)
     _int(p, "interval", 1, MAX_STEPS)
@@ -279,7 +290,9 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     # thread (the only choice in tolerant/zk mode, and for compressed training).
     beyond = kernel_unsupported(job)
     if p["backend"] == "":
-        plain = not t["compression"] and "dp" not in t and not beyond
+        # W > 1: the ranks compress with dk's NumPy codecs on dk's kernels (SPEC §8.5)
+        coded = bool(t["compression"]) and t.get("world_size", 1) == 1
+        plain = not coded and "dp" not in t and not beyond
         p["backend"] = "dk" if p["mode"] == "exact" and plain else "torch"
     # "rounded" = any float32 model on torch through the rounding log (SPEC Part VI).
     _choice(p, "backend", ("dk", "torch", "rounded"))
@@ -287,7 +300,7 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         raise _fail("pol.backend = 'rounded' (rounding log) is for exact mode without compression")
     if p["backend"] == "dk" and p["mode"] != "exact":
         raise _fail("pol.backend = 'dk' (reproducible kernels) is for exact mode")
-    if p["backend"] == "dk" and t["compression"]:
+    if p["backend"] == "dk" and t["compression"] and t.get("world_size", 1) == 1:
         raise _fail("compressed training runs on pol.backend = 'torch'")
     if p["backend"] != "torch" and "dp" in t:
         raise _fail("DP-SGD runs on pol.backend = 'torch'")
@@ -296,6 +309,8 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
             f"pol.backend = 'dk' (reproducible kernels) does not support {beyond[0]}; "
             "use backend = 'torch' (same machine only) or mode = 'tolerant'"
         )
+    if t.get("world_size", 1) > 1 and (p["backend"] != "dk" or p["mode"] != "exact"):
+        raise _fail("train.world_size > 1 runs in exact mode on pol.backend = 'dk' (SPEC §8.5)")
     _check_zk(job)
     p["init_root"] = _hex_or_empty(p, "init_root")
     if p["mode"] == "tolerant" and p["tolerance"] <= 0.0:
@@ -593,6 +608,11 @@ class JobSpec:
     @property
     def mode(self) -> str:
         return str(self.pol["mode"])
+
+    @property
+    def world_size(self) -> int:
+        """Data-parallel ranks ``W`` (``train.world_size``, SPEC §8.5); 1 when absent."""
+        return int(self.spec["train"].get("world_size", 1))
 
     @property
     def num_intervals(self) -> int:

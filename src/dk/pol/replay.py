@@ -46,6 +46,12 @@ class Replayer:
         self.job, self.dataset, self.threads = job, dataset, threads
         self.sampler = job_sampler(job, len(dataset))
         self.kernels = KernelSession(job) if uses_kernels(job) else None
+        #: Data-parallel jobs (SPEC §8.5): each rank's step digests of the last replay.
+        self.rank_steps: list[list[bytes]] | None = None
+        if self.kernels is not None and job.world_size > 1:
+            from dk.pol.parallel import ParallelKernelSession
+
+            self.kernels = ParallelKernelSession(job)
         if self.kernels is not None:  # dk kernels: torch is never imported (a fixed cost)
             return
         from dk.pol.models import build_fresh
@@ -58,6 +64,14 @@ class Replayer:
 
     def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
         """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
+        if self.job.world_size > 1 and self.kernels is not None:  # W ranks in rank order
+            from dk.pol.parallel import ParallelKernelSession, replay_parallel
+
+            assert isinstance(self.kernels, ParallelKernelSession)
+            end, self.rank_steps = replay_parallel(
+                self.kernels, self.dataset, self.sampler, start, start_step, end_step
+            )
+            return end
         if self.kernels is not None:  # exact mode on dk's kernels (SPEC Part II)
             self.kernels.restore(start)
             for t in range(start_step, end_step):
@@ -177,7 +191,10 @@ def replay_matches(
     end = replayer.run(start, start_step, end_step)
     if exact:
         root = checkpoint_root(end)
-        return digests_equal(root, claimed_root), {"replayed_root": root.hex()}
+        fig: dict[str, Any] = {"replayed_root": root.hex()}
+        if replayer.rank_steps is not None:  # data-parallel: the blame's evidence (SPEC §12.6)
+            fig["rank_steps"] = [[d.hex() for d in r] for r in replayer.rank_steps]
+        return digests_equal(root, claimed_root), fig
     assert claimed is not None
     d = distances(start, claimed, end)
     return d["l2"] <= float(replayer.job.pol["tolerance"]), d

@@ -38,6 +38,7 @@ from dk.crypto.hashing import (
 )
 from dk.crypto.merkle import leaf_hash, merkle_root
 from dk.errors import FormatError
+from dk.pol.rank_ext import check_rank_digests, check_rank_signatures, check_ranks
 
 BUNDLE_FORMAT = "dk-pol-bundle"
 BUNDLE_VERSION = 2
@@ -58,7 +59,7 @@ _TOP_KEYS = {
     "intervals",
     "transcript_root",
 }
-_OPTIONAL_TOP = {"proofs", "ext"}
+_OPTIONAL_TOP = {"proofs", "ext", "rank_signatures"}
 _CK_KEYS = {"index", "step", "root", "blob", "nbytes"}
 _IV_KEYS = {"index", "start_step", "end_step", "batch_commitment", "update_norm"}
 _OPTIONAL_IV = {"ext"}
@@ -74,6 +75,10 @@ RUN_EXTENSIONS: dict[str, ExtensionCheck] = {}
 
 #: Keys an interval's ``ext`` object may hold (SPEC §11.5), each with its validator.
 INTERVAL_EXTENSIONS: dict[str, ExtensionCheck] = {}
+
+# SPEC §11.6: data-parallel runs (the ranks, and each rank's digest of each interval).
+RUN_EXTENSIONS["ranks"] = check_ranks
+INTERVAL_EXTENSIONS["rank_digests"] = check_rank_digests
 
 
 def _bad(msg: str) -> FormatError:
@@ -359,5 +364,7 @@ def parse_manifest(data: bytes) -> Manifest:
         raise _bad("proofs must be a list")
     if "ext" in m:
         _check_ext(m["ext"], RUN_EXTENSIONS, "run")
+    if "rank_signatures" in m and (msg := check_rank_signatures(m["rank_signatures"])):
+        raise _bad(msg)
     del k_, steps
     return Manifest(m)

@@ -121,6 +121,9 @@ def prove_run(
         raise FileExistsError(f"{out} already holds a bundle")
     (out / "blobs").mkdir(parents=True, exist_ok=True)
     m = build_manifest(run, key.verify_key.raw)
+    if job.world_size > 1:  # SPEC §11.6: every rank signed this root
+        m["rank_signatures"] = rank_signatures_for(run_dir, m)
+        _copy_rank_steps(run_dir, out, m)
     for ck in m["checkpoints"]:
         src = run_dir / ck["blob"]
         if not src.is_file():
@@ -128,6 +131,52 @@ def prove_run(
         _link_or_copy(src, out / ck["blob"])
     write_bundle(out, m, sign_manifest(m, key))
     return out
+
+
+def rank_signatures_for(run_dir: Path, m: dict[str, Any]) -> list[str]:
+    """The ranks' signatures of a data-parallel run, checked against the manifest ``m``.
+
+    Raises:
+        FormatError: no signatures (a rank failed before signing), or signatures over another
+            root (the run was proved with another key than rank 0's).
+    """
+    from dk.crypto.keys import VerifyKey
+    from dk.pol.rank_ext import rank_signing_digest, read_rank_signatures
+
+    doc = read_rank_signatures(run_dir)
+    ranks = (m.get("ext") or {}).get("ranks") or []
+    if doc.get("transcript_root") != m["transcript_root"]:
+        raise FormatError(
+            "the ranks signed another transcript root: prove a data-parallel run with rank 0's "
+            f"key ({ranks[0]['worker_key'][:16]}…)"
+            if ranks
+            else "the run names no ranks"
+        )
+    sigs = doc["rank_signatures"]
+    job_id, root = bytes.fromhex(m["job_id"]), bytes.fromhex(m["transcript_root"])
+    if len(sigs) != len(ranks):
+        raise FormatError(f"{len(sigs)} rank signatures for {len(ranks)} ranks")
+    for r, (sig, entry) in enumerate(zip(sigs, ranks, strict=True)):
+        k = bytes.fromhex(entry["worker_key"])
+        try:
+            raw = bytes.fromhex(sig)
+        except (TypeError, ValueError):
+            raw = b""
+        if not VerifyKey(k).verify(raw, rank_signing_digest(job_id, root, r, k)):
+            raise FormatError(f"rank {r}'s signature does not verify")
+    return list(sigs)
+
+
+def _copy_rank_steps(run_dir: Path, out: Path, m: dict[str, Any]) -> None:
+    """``ranks/<i>.bin`` (each rank's step digests, SPEC §11.6) into the bundle."""
+    from dk.pol.rank_ext import RANK_STEPS_DIR
+
+    (out / RANK_STEPS_DIR).mkdir(exist_ok=True)
+    for iv in m["intervals"]:
+        name = f"{RANK_STEPS_DIR}/{iv['index']}.bin"
+        if not (run_dir / name).is_file():
+            raise FormatError(f"run is missing {name}")
+        _link_or_copy(run_dir / name, out / name)
 
 
 def train(job: JobSpec | str | Path, run_dir: str | Path, *, progress: Any = None) -> Any:

@@ -31,6 +31,7 @@ AREAS = (
     "circuits",
     "rounding",
     "fl",
+    "dp",
 )
 
 MAX_VECTOR_FILE = 64 * 1024 * 1024

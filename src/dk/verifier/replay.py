@@ -138,8 +138,9 @@ def replay_challenged(
     held: dict[int, Tensors],
     workers: int,
     executor: Any = None,
-) -> None:
-    """Replay every challenged interval (SPEC §12.3) and record one finding per mismatch.
+) -> dict[int, tuple[bool, dict[str, Any]]]:
+    """Replay every challenged interval (SPEC §12.3) and record one finding per mismatch;
+    returns each interval's ``(ok, figures)`` (empty when the executor failed).
 
     ``executor`` (e.g. :class:`dk.verifier.executors.RayExecutor`) runs the replays elsewhere;
     if it fails past its retries the report is inconclusive (``EXECUTOR_FAILED``).
@@ -151,6 +152,7 @@ def replay_challenged(
     cks, ivs = man.checkpoint_entries, man.interval_entries
     tolerant = job.mode == "tolerant"
     worker_cpu, procs = 0.0, 1
+    results: dict[int, tuple[bool, dict[str, Any]]]
     if executor is not None:
         tasks = [(i, *_task(i, held, cks, ivs)) for i in chal]
         roots = {j: cks[j].root.hex() for j in held}
@@ -158,7 +160,7 @@ def replay_challenged(
             results, worker_cpu, procs = executor.replay(job, ds, tasks, roots)
         except ExecutorFailed as e:
             rep.fail("replay", Reason.EXECUTOR_FAILED, str(e))
-            return
+            return {}
         rep.figures["executor"] = executor.name
     elif workers > 1 and len(chal) > 1:
         results, worker_cpu, procs = _replay_parallel(job, ds, man, chal, held, workers)
@@ -197,6 +199,7 @@ def replay_challenged(
                 i,
             )
     rep.passed("replay")
+    return results
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,8 @@ class ReplayResult:
     verdict: str
     reason: Reason | None = None
     message: str = ""
+    #: Data-parallel bundles: the ranks at fault (SPEC §12.6); empty otherwise.
+    blame: tuple[int, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -294,11 +299,24 @@ def replay_interval(
     if not digests_equal(ds.root(), man.data_root):
         return _result(Reason.DATA_UNAVAILABLE, "the verifier's data has another root")
     try:
-        ok, _ = replay_matches(make_replayer(spec, ds), start, claimed, cks[index + 1].root, a, z)
+        ok, fig = replay_matches(make_replayer(spec, ds), start, claimed, cks[index + 1].root, a, z)
     except (BackendUnavailable, ImportError) as e:
         return _result(Reason.BACKEND_UNAVAILABLE, str(e))
     except Exception as e:  # the verifier's own failure is never the worker's fault
         return _result(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+    blame: tuple[int, ...] = ()
+    if "rank_steps" in fig:  # a data-parallel bundle: blame by rank (SPEC §12.6)
+        from dk.verifier.blame import DIGEST, blame_interval, read_rank_steps
+
+        committed = (ivs[index].ext or {}).get("rank_digests") or []
+        if len(committed) != spec.world_size:
+            return _result(Reason.TRANSCRIPT_MALFORMED, f"interval {index} lacks rank digests")
+        evidence = read_rank_steps(b, index, DIGEST * len(committed) * (z - a))
+        blame = tuple(blame_interval(index, committed, fig["rank_steps"], ok, evidence))
+        if ok and blame:
+            return ReplayResult(
+                REJECT, Reason.RANK_DIGEST_MISMATCH, f"interval {index}: rank digests", blame
+            )
     if ok:
         return ReplayResult(ACCEPT)
-    return ReplayResult(REJECT, Reason.REPLAY_MISMATCH, f"interval {index} does not replay")
+    return ReplayResult(REJECT, Reason.REPLAY_MISMATCH, f"interval {index} does not replay", blame)

@@ -59,6 +59,8 @@ class Report:
     challenged: list[int] = field(default_factory=list)
     challenged_root: str = ""
     srs: dict[str, str] = field(default_factory=dict)
+    #: Data-parallel runs: the ranks whose contribution is wrong (SPEC §12.6), sorted.
+    blame: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -112,6 +114,8 @@ class Report:
         }
         if self.srs:  # zk mode only: the SRS the proofs were checked with (SPEC IV §5)
             body["srs"] = dict(self.srs)
+        if self.blame:  # data-parallel runs only: the blamed ranks (SPEC §12.6)
+            body["blame"] = sorted(set(self.blame))
         return body
 
     def digest(self) -> bytes:
@@ -123,6 +127,7 @@ class Report:
         return {
             **self.attestation_body(),
             "ok": self.ok,
+            "blame": sorted(set(self.blame)),
             "challenged_root": self.challenged_root,
             "findings": [r.to_dict() for r in self.reasons],
             "checks": dict(self.checks),

@@ -44,6 +44,7 @@ from dk.pol.transcript import (
     signing_digest,
     transcript_root,
 )
+from dk.verifier.blame import check_ranks
 from dk.verifier.challenge import derive_challenge, detection_probability, samples_for
 from dk.verifier.files import read_bounded
 from dk.verifier.report import Reason, Report
@@ -500,7 +501,7 @@ def check_replay(ctx: Context) -> None:
         return
     from dk.verifier.replay import replay_challenged
 
-    replay_challenged(
+    results = replay_challenged(
         ctx.rep,
         ctx.job,
         ctx.ds,
@@ -510,6 +511,10 @@ def check_replay(ctx: Context) -> None:
         ctx.opts.workers,
         ctx.opts.executor,
     )
+    if ctx.job.world_size > 1 and results:  # SPEC §12.6: blame by rank
+        from dk.verifier.blame import judge_ranks
+
+        judge_ranks(ctx.rep, ctx.bundle, ctx.man, ctx.chal, results)
 
 
 #: SPEC §12.2, in its normative order: the first failing check gives the first reason code.
@@ -519,6 +524,7 @@ CHECKS: tuple[Callable[[Context], None], ...] = (
     check_transcript_root,
     check_signature,
     check_job_binding,
+    check_ranks,
     check_challenged_root,
     check_structure,
     check_paths,

@@ -162,6 +162,63 @@ class ExactTrainer:
             be.to_host(dev[name], params[name])
         return float(loss)
 
+    def gradient(
+        self, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray
+    ) -> tuple[float, dict[str, np.ndarray]]:
+        """The mean-loss gradient of one batch, without an update (data-parallel ranks).
+
+        Computes exactly what :meth:`step` computes before its update, on ``x`` alone (a
+        rank's shard, SPEC §8.5), and returns ``(loss, grads)`` with the gradients as new
+        float32 host arrays named like ``params``.
+        """
+        b = self._check(params, x, y)
+        be = self.be
+        dev = {name: be.asarray(params[name]) for name, _ in self._specs}
+        xb = be.asarray(np.ascontiguousarray(x).reshape(b, -1))
+        grads = {name: self._buf("g:" + name, shape) for name, shape in self._specs}
+        if self.arch == "cnn":
+            z_out, back = self._cnn_forward(dev, xb, b)
+        else:
+            z_out, back = self._mlp_forward(dev, xb, b)
+        dz = self._buf("dz_out", z_out.shape)
+        losses = self._buf("losses", (b,))
+        target = self._target(y, b)
+        if self.loss == "cross_entropy":
+            if y.dtype != np.int64:
+                raise FormatError("exact mode: cross_entropy needs int64 labels")
+            be.softmax_ce(z_out, target, dz, losses)
+        else:
+            be.mse(z_out, target, dz, losses)
+        count = b if self.loss == "cross_entropy" else b * self.output_dim
+        loss = be.loss_total(losses) / np.float32(count)
+        back(dz, grads)
+        out = {}
+        for name, shape in self._specs:
+            host = np.empty(shape, dtype=np.float32)
+            be.to_host(grads[name], host)
+            out[name] = host
+        return float(loss), out
+
+    def apply_gradients(
+        self,
+        params: dict[str, np.ndarray],
+        state: dict[str, np.ndarray],
+        grads: dict[str, np.ndarray],
+    ) -> None:
+        """The optimizer's update with given float32 gradients (in place, SPEC II §5)."""
+        be = self.be
+        for name, shape in self._specs:
+            p, g = params.get(name), grads.get(name)
+            if not isinstance(p, np.ndarray) or p.dtype != np.float32 or p.shape != shape:
+                raise FormatError(f"exact mode: parameter {name} must be float32 {shape}")
+            if not isinstance(g, np.ndarray) or g.dtype != np.float32 or g.shape != shape:
+                raise FormatError(f"exact mode: gradient {name} must be float32 {shape}")
+        dev = {name: be.asarray(params[name]) for name, _ in self._specs}
+        gdev = {name: be.asarray(np.ascontiguousarray(grads[name])) for name, _ in self._specs}
+        self.opt.apply(be, self._specs, dev, gdev, state, self._buf)
+        for name, _ in self._specs:
+            be.to_host(dev[name], params[name])
+
     def _target(self, y: np.ndarray, b: int) -> Any:
         if self.loss == "cross_entropy" or y.dtype == np.float32:
             return self.be.asarray(np.ascontiguousarray(y))
