@@ -441,6 +441,13 @@ def _executor(ray_address: str | None) -> Any:
     show_default=True,
     help="Check only the checkpoints the challenge needs, or every one (archival audits).",
 )
+@click.option(
+    "--plot",
+    "plot_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write loss and update norm per interval, challenged ones marked (.html or .svg).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
 def verify(
@@ -459,6 +466,7 @@ def verify(
     ray_address: str | None,
     worker: str | None,
     integrity: str,
+    plot_file: str | None,
     as_json: bool,
 ) -> None:
     """Verify BUNDLE against the job.
@@ -494,8 +502,24 @@ def verify(
         app.print(report_table(d))
         for line in report_summary(d):
             app.print(line)
+    if plot_file is not None:
+        _plot_after_verify(app, bundle, plot_file, d)
     if not report.ok:
         app.abort(None, report.exit_code)
+
+
+def _plot_after_verify(app: App, bundle: str, plot_file: str, report: dict[str, Any]) -> None:
+    """``dk verify --plot``: the plot of what was verified; a bundle whose manifest cannot be
+    read has no plot (the report already says why), which is not an error of its own."""
+    from dk.errors import FormatError
+    from dk.verifier.plot import write_plot
+
+    try:
+        write_plot(bundle, plot_file, report=report)
+    except FormatError as e:
+        app.info(f"no plot: {e}")
+        return
+    app.info(f"plot: {plot_file}")
 
 
 @click.command("verify-many", short_help="Verify a directory of bundles (one report each)")

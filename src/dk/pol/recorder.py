@@ -36,6 +36,7 @@ from dk.errors import DkError, FormatError, JobMismatch
 from dk.pol.checkpoint import Tensors, checkpoint_root, sync_files, update_norm, write_blob
 from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.job import JobSpec, as_job
+from dk.pol.loss import LOSS_KEY, LossMeter, loss_required
 from dk.pol.models import initial_state, state_specs
 from dk.pol.run import CheckpointEntry, IntervalEntry, RunInfo, write_run
 from dk.pol.sampler import job_sampler
@@ -164,9 +165,11 @@ class JobLoader:
                 )
             x, y = job_batch(rec.job, rec.dataset, rec.sampler, t)
             if acc == 1:
+                rec._ys = [y]  # the targets the loss hook scores the forward pass against
                 yield x, y
             else:  # the job's micro-batches, one forward pass each, then one optimizer.step()
-                yield from zip(x.chunk(acc), y.chunk(acc), strict=True)
+                rec._ys = list(y.chunk(acc))
+                yield from zip(x.chunk(acc), rec._ys, strict=True)
 
 
 class Recorder:
@@ -203,6 +206,9 @@ class Recorder:
         self._error: BaseException | None = None
         self._written: list[Path] = []
         self._progress_at = 0.0
+        # SPEC §11.6: the per-interval training loss, committed in each interval's ext.
+        self._loss: LossMeter | None = LossMeter() if loss_required(self.job) else None
+        self._ys: list[Any] | None = None
         self.dp: dict[str, Any] | None = self.job.train.get("dp")
         self.dp_epsilon: float | None = None
         self._in_dp = False
@@ -388,6 +394,11 @@ class Recorder:
         self._hook = model.register_forward_pre_hook(self._on_forward)
         if self.job.train.get("precision", "fp32") != "fp32":
             self._post_hook = model.register_forward_hook(self._after_forward)
+        if self._loss is not None and self.engine is None:  # an engine reports its own loss
+            from dk.pol.torch_adapter import make_loss
+
+            self._loss_fn = make_loss(self.job, getattr(self.dataset, "output_dim", None))
+            self._loss_hook = model.register_forward_hook(self._record_loss)
         self._start()
         return model, _recorded_optimizer_type()(optimizer, self), JobLoader(self)
 
@@ -439,6 +450,21 @@ class Recorder:
         if torch.is_grad_enabled() and torch.is_tensor(out) and out.dtype != torch.float32:
             return out.float() if out.is_floating_point() else None
         return None
+
+    def _record_loss(self, module: torch.nn.Module, args: Any, out: Any) -> None:
+        """Forward hook: the job's loss on this micro-batch's output (SPEC §11.6, §12.4)."""
+        if not torch.is_grad_enabled() or self._in_dp or self._loss is None:
+            return
+        if self._ys is None or not 0 < self._forwards <= len(self._ys):
+            raise JobMismatch("train on the batches of the loader that attach() returned")
+        y = self._ys[self._forwards - 1]
+        acc = int(self.job.train.get("accumulation", 1))
+        dev = self.job.train.get("device", "cpu")
+        with torch.no_grad(), torch.autocast(dev, enabled=False):
+            if torch.is_tensor(out):
+                out = out.detach()
+                out = out.float() if out.is_floating_point() else out
+            self._loss.add(self._loss_fn(out, y.to(out.device)) / acc)
 
     def _check_step_inputs(self, opt: torch.optim.Optimizer) -> None:
         """At ``optimizer.step()``: the job's number of forwards and the job's learning rate."""
@@ -502,7 +528,20 @@ class Recorder:
         self._snap(0, 0)
 
     # -- recording ---------------------------------------------------------------------
+    def _interval_ext(self, index: int) -> dict[str, Any] | None:
+        """The ``ext`` object (SPEC §11.5) of the interval ending at checkpoint ``index``."""
+        if index == 0 or self._loss is None:
+            return None
+        loss = self._loss.take()
+        if not np.isfinite(loss):
+            raise TrainingDiverged(
+                f"step {self.step}: the training loss of interval {index - 1} is not finite; "
+                "recording stopped"
+            )
+        return {LOSS_KEY: loss}
+
     def _snap(self, index: int, step: int) -> None:
+        ext = self._interval_ext(index)
         if self.engine is not None:
             ck = self.engine.snapshot(step, self.sampler.steps_per_epoch)
         else:
@@ -512,7 +551,7 @@ class Recorder:
             ck = snapshot(
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )
-        self._put((index, step, ck))
+        self._put((index, step, ck, ext))
 
     def dp_grads_(self) -> None:
         """Replace the model's gradients by this step's DP-SGD gradients (SPEC VII §4)."""
@@ -534,7 +573,9 @@ class Recorder:
         always shows the current weights without a copy. Its own gradients are not used."""
         assert self.engine is not None
         idx = self.sampler.batch(self.step)
-        self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
+        loss = self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
+        if self._loss is not None:
+            self._loss.add(loss)
         if self._model is None:
             return
         self._check_user_gradients()
@@ -590,6 +631,8 @@ class Recorder:
             return
 
     def _on_step(self) -> None:
+        if self._loss is not None:
+            self._loss.end_step()
         self.step += 1
         if self.step > self.job.steps:
             raise JobMismatch(f"more optimizer steps than the job's {self.job.steps}")
@@ -610,7 +653,7 @@ class Recorder:
                 item = self._queue.get()
                 if item is None:
                     return
-                index, step, ck = item
+                index, step, ck, ext = item
                 root = checkpoint_root(ck)
                 _, path, nbytes = write_blob(self.run_dir, ck, root, durable=False)
                 self._written.append(path)
@@ -627,6 +670,7 @@ class Recorder:
                             index - 1, start, step
                         ).hex(),
                         update_norm=update_norm(prev, ck),
+                        ext=ext,
                     )
                     self.info.intervals.append(iv)
                     line["interval"] = iv.__dict__
@@ -647,7 +691,7 @@ class Recorder:
 
     def finish(self) -> RunInfo:
         """Wait for pending commits, check the run is complete, write ``run.json``."""
-        for name in ("_hook", "_post_hook"):
+        for name in ("_hook", "_post_hook", "_loss_hook"):
             hook = getattr(self, name, None)
             if hook is not None:
                 hook.remove()

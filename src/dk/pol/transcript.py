@@ -38,6 +38,7 @@ from dk.crypto.hashing import (
 )
 from dk.crypto.merkle import leaf_hash, merkle_root
 from dk.errors import FormatError
+from dk.pol.loss import LOSS_KEY, check_loss_value
 
 BUNDLE_FORMAT = "dk-pol-bundle"
 BUNDLE_VERSION = 2
@@ -74,6 +75,7 @@ RUN_EXTENSIONS: dict[str, ExtensionCheck] = {}
 
 #: Keys an interval's ``ext`` object may hold (SPEC §11.5), each with its validator.
 INTERVAL_EXTENSIONS: dict[str, ExtensionCheck] = {}
+INTERVAL_EXTENSIONS[LOSS_KEY] = check_loss_value  # SPEC §11.6: the interval's training loss
 
 
 def _bad(msg: str) -> FormatError:

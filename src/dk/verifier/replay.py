@@ -152,6 +152,9 @@ def replay_challenged(
                 f"interval {i} does not replay to its committed checkpoint{detail}",
                 i,
             )
+    from dk.verifier.loss import judge_losses
+
+    judge_losses(rep, job, man, chal, results)  # SPEC §11.6
     rep.passed("replay")
 
 
@@ -246,11 +249,16 @@ def replay_interval(
     if not digests_equal(ds.root(), man.data_root):
         return _result(Reason.DATA_UNAVAILABLE, "the verifier's data has another root")
     try:
-        ok, _ = replay_matches(make_replayer(spec, ds), start, claimed, cks[index + 1].root, a, z)
+        ok, fig = replay_matches(make_replayer(spec, ds), start, claimed, cks[index + 1].root, a, z)
     except (BackendUnavailable, ImportError) as e:
         return _result(Reason.BACKEND_UNAVAILABLE, str(e))
     except Exception as e:  # the verifier's own failure is never the worker's fault
         return _result(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
-    if ok:
-        return ReplayResult(ACCEPT)
-    return ReplayResult(REJECT, Reason.REPLAY_MISMATCH, f"interval {index} does not replay")
+    if not ok:
+        return ReplayResult(REJECT, Reason.REPLAY_MISMATCH, f"interval {index} does not replay")
+    from dk.verifier.loss import loss_finding
+
+    bad = loss_finding(spec, ivs[index], fig)  # SPEC §11.6
+    if bad is not None:
+        return ReplayResult(REJECT, *bad)
+    return ReplayResult(ACCEPT)

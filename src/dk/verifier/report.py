@@ -63,6 +63,8 @@ class Reason(str, Enum):
     MODE_UNSUPPORTED = "MODE_UNSUPPORTED"
     EXECUTOR_FAILED = "EXECUTOR_FAILED"
     INIT_UNAVAILABLE = "INIT_UNAVAILABLE"
+    LOSS_MISSING = "LOSS_MISSING"
+    LOSS_MISMATCH = "LOSS_MISMATCH"
 
 
 #: Codes that say the *verifier* could not decide (SPEC §14.1): its own input, data, backend,
