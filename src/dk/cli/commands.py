@@ -246,10 +246,21 @@ def _zk_init_extra() -> Any:
 @click.option(
     "--out", required=True, type=click.Path(file_okay=False), help="Run directory to create."
 )
+@click.option(
+    "--resume/--no-resume",
+    default=True,
+    show_default=True,
+    help="Continue an interrupted run in OUT from its last committed checkpoint.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def train(app: App, job_file: str, out: str, as_json: bool) -> None:
-    """Train JOB_FILE's model, recording a PoL transcript into the run directory OUT."""
+def train(app: App, job_file: str, out: str, resume: bool, as_json: bool) -> None:
+    """Train JOB_FILE's model, recording a PoL transcript into the run directory OUT.
+
+    If OUT holds an interrupted run of the same job, training continues from its last
+    committed checkpoint (the result is the same as an uninterrupted run); --no-resume starts
+    over.
+    """
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -264,6 +275,10 @@ def train(app: App, job_file: str, out: str, as_json: bool) -> None:
     spec = load_job(job_file)
     if (Path(out) / "run.json").exists():
         app.abort(f"{out} already holds a run", ExitCode.USAGE)
+    from dk.pol.resume import has_partial_run
+
+    if resume and has_partial_run(out):
+        app.info(f"resuming the interrupted run in {out}")
     with Progress(
         TextColumn("training"),
         BarColumn(),
@@ -274,7 +289,9 @@ def train(app: App, job_file: str, out: str, as_json: bool) -> None:
         disable=as_json or not app.err.is_terminal,
     ) as bar:
         task = bar.add_task("train", total=spec.steps)
-        info = train_job(spec, out, progress=lambda step: bar.update(task, completed=step))
+        info = train_job(
+            spec, out, progress=lambda step: bar.update(task, completed=step), resume=resume
+        )
     if as_json:
         app.emit_json(
             {

@@ -183,6 +183,7 @@ class Recorder:
         dataset: Dataset | None = None,
         progress: Any = None,
         engine: Any = None,
+        resume: bool = False,
     ) -> None:
         self.job = as_job(job)
         if self.job.pol.get("backend") == "rounded":  # SPEC VI: not wired into the Recorder yet
@@ -243,6 +244,22 @@ class Recorder:
             interval=self.job.interval,
             steps=self.job.steps,
         )
+        # resume=True: continue the interrupted run in run_dir, if there is one (dk.pol.resume)
+        self._partial: Any = None
+        self._prev_ck: Tensors | None = None
+        self._scheduler: Any = None
+        if resume:
+            from dk.pol.resume import has_partial_run, read_partial_run
+
+            if has_partial_run(self.run_dir):
+                self._partial = read_partial_run(
+                    self.run_dir, self.job, self.sampler.steps_per_epoch
+                )
+
+    @property
+    def resumed_from(self) -> int | None:
+        """The step this run resumed from (``None`` for a run started from step 0)."""
+        return None if self._partial is None else int(self._partial.step)
 
     # -- attach ------------------------------------------------------------------------
     def _check_model(self, model: torch.nn.Module) -> None:
@@ -378,6 +395,7 @@ class Recorder:
         self._check_model(model)
         self._check_optimizer(optimizer, model, scheduled=scheduler is not None)
         self._check_scheduler(scheduler, optimizer)
+        self._scheduler = scheduler
         if loader is not None:
             bs = getattr(loader, "batch_size", None)
             ds = getattr(loader, "dataset", None)
@@ -521,11 +539,38 @@ class Recorder:
 
     def _start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "run.log.jsonl").write_text("")
+        if self._partial is not None:  # continue from the last committed checkpoint
+            self._restore_partial()
+        else:
+            (self.run_dir / "run.log.jsonl").write_text("")
         self._det.__enter__()
         self._thread = threading.Thread(target=self._commit_loop, name="dk-commit", daemon=True)
         self._thread.start()
-        self._snap(0, 0)
+        if self._partial is None:
+            self._snap(0, 0)
+
+    def _restore_partial(self) -> None:
+        """Load the partial run's last checkpoint into the engine or the user's objects."""
+        from dk.pol.resume import advance_scheduler, rewrite_log
+
+        p = self._partial
+        rewrite_log(self.run_dir, p)
+        self.info.checkpoints, self.info.intervals = list(p.checkpoints), list(p.intervals)
+        self.step, self._next, self._prev_ck = p.step, p.next_index, p.last
+        if self.engine is not None:
+            self.engine.restore(p.last)
+            if self._model is not None:  # the user's model shows the engine's arrays
+                import torch
+
+                for name, prm in self._model.named_parameters():
+                    prm.data = torch.from_numpy(self.engine.params[name])
+            return
+        assert self._model is not None and self._opt is not None
+        from dk.pol.torch_adapter import restore
+
+        restore(p.last, self._model, self._opt, self.job, self.codec)
+        if self._scheduler is not None:
+            advance_scheduler(self._scheduler, p.step)
 
     # -- recording ---------------------------------------------------------------------
     def _interval_ext(self, index: int) -> dict[str, Any] | None:
@@ -646,7 +691,7 @@ class Recorder:
             self._next += 1
 
     def _commit_loop(self) -> None:
-        prev: Tensors | None = None
+        prev: Tensors | None = self._prev_ck  # a resumed run's last committed checkpoint
         log = open(self.run_dir / "run.log.jsonl", "a", encoding="utf-8")
         try:
             while True:
