@@ -47,7 +47,12 @@ def train_job(
     from dk.pol.torch_adapter import make_loss, make_optimizer, resolve_device
 
     device = resolve_device(job)  # a CUDA job on a machine without CUDA stops here
-    model = build_model(job).to(device)
+    model = build_model(job)
+    if job.is_custom:  # a consumer's model: one clear line if it does not fit the data
+        from dk.pol.probe import check_model_fits
+
+        check_model_fits(job, model, dataset)
+    model = model.to(device)
     model.train()
     optimizer = make_optimizer(job, model.parameters())
     scheduler = make_scheduler(job, optimizer)
