@@ -482,7 +482,8 @@ class Recorder:
             if torch.is_tensor(out):
                 out = out.detach()
                 out = out.float() if out.is_floating_point() else out
-            self._loss.add(self._loss_fn(out, y.to(out.device)) / acc)
+            dev_out = out.device if torch.is_tensor(out) else y.device
+            self._loss.add(self._loss_fn(out, y.to(dev_out)) / acc)
 
     def _check_step_inputs(self, opt: torch.optim.Optimizer) -> None:
         """At ``optimizer.step()``: the job's number of forwards and the job's learning rate."""
