@@ -72,6 +72,8 @@ _CODES: tuple[tuple[str, str, str, str], ...] = (
     ("METADATA_MISMATCH", _R, "an interval's claimed update norm is not its checkpoints'", "I §12.2"),
     ("REPLAY_MISMATCH", _R, "a challenged interval does not replay to its committed end", "I §12.2"),
     ("ROOT_NOT_CHALLENGED", _R, "the bundle's root is not the root the challenge pinned", "I §12.1"),
+    ("LOSS_MISSING", _R, "an interval of a loss-committing job carries no ext.loss", "I §11.7"),
+    ("LOSS_MISMATCH", _R, "a challenged interval's committed loss is not its replayed loss", "I §11.7"),
     ("RANK_SIGNATURE_INVALID", _R, "a data-parallel rank's signature over the root is bad or missing", "I §12.6"),
     ("RANK_DIGEST_MISMATCH", _R, "a rank's step messages are not its committed interval digest", "I §12.6"),
     ("DATA_UNAVAILABLE", _I, "the verifier's copy of the data is missing or has another root", "I §14.1"),
@@ -259,6 +261,8 @@ class Reason(str, Enum):
     MODE_UNSUPPORTED = "MODE_UNSUPPORTED"
     EXECUTOR_FAILED = "EXECUTOR_FAILED"
     INIT_UNAVAILABLE = "INIT_UNAVAILABLE"
+    LOSS_MISSING = "LOSS_MISSING"
+    LOSS_MISMATCH = "LOSS_MISMATCH"
     RANK_SIGNATURE_INVALID = "RANK_SIGNATURE_INVALID"
     RANK_DIGEST_MISMATCH = "RANK_DIGEST_MISMATCH"
 

@@ -31,7 +31,7 @@ FOUNDATION = ("crypto", "pol", "bundle", "modes")
 # Golden values of transcript format v1 (jobs version 2). Changing any of them is a format change.
 GOLDEN_STREAM_SHA256 = "9b82b8e9f699ed9f664b2963ecde631c9585a6bfe33e8aed6d5ba99a153d6b9d"
 GOLDEN_STREAM_ROOT = "f891b8507fe7c7620f90a9ec5c6e46ad12a80d533df4e969670822ef83ce7a3b"
-GOLDEN_HONEST_MANIFEST_SHA256 = "5d22ce561b465790668ca2de49ff6cc6367c55fb29a8e72ac011f804ede9254d"
+GOLDEN_HONEST_MANIFEST_SHA256 = "35642852b9e783078721244a0b1f92e7b52900458959910c7406fb3cb67be305"
 
 
 def _cases(path: Path) -> list[dict[str, Any]]:

@@ -151,7 +151,13 @@ def generate(root: Path) -> None:
         train_job(job, tmp / "run")
         honest = prove_run(tmp / "run", job, WORKER, tmp / "honest")
         _copy_real(honest, out / "honest")
-        cases.append(_case("honest tiny bundle", "honest", "valid"))
+        cases.append(
+            _case(
+                "honest tiny bundle (every interval commits its replayed loss, SPEC §11.7)",
+                "honest",
+                "valid",
+            )
+        )
         cases.append(
             _case(
                 "honest bundle, verifier names its worker",

@@ -219,6 +219,21 @@ def _symlink(f: Forgery, key: SigningKey) -> Path:
     return f.dir
 
 
+def _forge_loss(f: Forgery, key: SigningKey) -> Path:
+    """Report a better training loss than interval 1 reached (SPEC §11.7)."""
+    f.m["intervals"][1]["ext"]["loss"] *= 0.5
+    return f.commit(key)
+
+
+def _drop_loss(f: Forgery, key: SigningKey) -> Path:
+    """Commit no loss for interval 1 (SPEC §11.7)."""
+    ext = f.m["intervals"][1].pop("ext")
+    rest = {k: v for k, v in ext.items() if k != "loss"}
+    if rest:
+        f.m["intervals"][1]["ext"] = rest
+    return f.commit(key)
+
+
 # name -> (forge function, expected reason, needs every interval replayed)
 FORGERIES: dict[str, tuple[Callable[[Forgery, SigningKey], Path], str]] = {
     "tampered-byte": (_flip_byte, "COMMITMENT_MISMATCH"),
@@ -238,6 +253,8 @@ FORGERIES: dict[str, tuple[Callable[[Forgery, SigningKey], Path], str]] = {
     "nbytes-wrong": (_nbytes, "BLOB_MALFORMED"),
     "path-traversal": (_traversal, "BAD_PATH"),
     "symlinked-blob": (_symlink, "BAD_PATH"),
+    "loss-forged": (_forge_loss, "LOSS_MISMATCH"),
+    "loss-missing": (_drop_loss, "LOSS_MISSING"),
 }
 
 # Forgeries that need more than a copy of the honest bundle and its job.

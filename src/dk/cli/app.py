@@ -71,6 +71,7 @@ _LAZY_COMMANDS = {
     "challenge": ("dk.cli.commands", "challenge"),
     "calibrate": ("dk.cli.commands", "calibrate"),
     "export": ("dk.cli.commands", "export"),
+    "plot": ("dk.cli.plot", "plot"),
     "vectors": ("dk.cli.commands", "vectors"),
     "compress": ("dk.cli.compress", "compress"),
     "market": ("dk.cli.market", "market"),

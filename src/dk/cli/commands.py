@@ -263,6 +263,12 @@ def _zk_init_extra() -> Any:
     default=None,
     help="With --ray: directory of the ranks' keys rank<r>.key (dk keygen).",
 )
+@click.option(
+    "--resume/--no-resume",
+    default=True,
+    show_default=True,
+    help="Continue an interrupted run in OUT from its last committed checkpoint.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def train(
@@ -272,9 +278,14 @@ def train(
     ray_address: str | None,
     world_size: int | None,
     key_dir: str | None,
+    resume: bool,
     as_json: bool,
 ) -> None:
     """Train JOB_FILE's model, recording a PoL transcript into the run directory OUT.
+
+    If OUT holds an interrupted run of the same job, training continues from its last
+    committed checkpoint (the result is the same as an uninterrupted run); --no-resume starts
+    over.
 
     A data-parallel job (train.world_size > 1) runs with --ray ADDRESS --key-dir KEYS, or under
     torchrun: torchrun --nproc-per-node W -m dk.dist.launch JOB --out RUN --key-dir KEYS.
@@ -297,8 +308,12 @@ def train(
         info = train_on_ray(spec, out, key_dir=key_dir, address=ray_address, world_size=world_size)
         _render_trained(app, out, info, as_json)
         return
+    from dk.pol.resume import has_partial_run
+
+    if resume and has_partial_run(out):
+        app.info(f"resuming the interrupted run in {out}")
     if as_json or not sys.stderr.isatty():  # no bar to draw: rich is not even imported
-        info = train_job(spec, out)
+        info = train_job(spec, out, resume=resume)
     else:
         from rich.progress import (
             BarColumn,
@@ -317,7 +332,9 @@ def train(
             transient=True,
         ) as bar:
             task = bar.add_task("train", total=spec.steps)
-            info = train_job(spec, out, progress=lambda step: bar.update(task, completed=step))
+            info = train_job(
+                spec, out, progress=lambda step: bar.update(task, completed=step), resume=resume
+            )
     _render_trained(app, out, info, as_json)
 
 
@@ -487,6 +504,13 @@ def _executor(ray_address: str | None) -> Any:
     show_default=True,
     help="Check only the checkpoints the challenge needs, or every one (archival audits).",
 )
+@click.option(
+    "--plot",
+    "plot_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write loss and update norm per interval, challenged ones marked (.html or .svg).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_obj
 def verify(
@@ -505,6 +529,7 @@ def verify(
     ray_address: str | None,
     worker: str | None,
     integrity: str,
+    plot_file: str | None,
     as_json: bool,
 ) -> None:
     """Verify BUNDLE against the job.
@@ -540,8 +565,24 @@ def verify(
         app.print(report_table(d))
         for line in report_summary(d):
             app.print(line)
+    if plot_file is not None:
+        _plot_after_verify(app, bundle, plot_file, d)
     if not report.ok:
         app.abort(None, report.exit_code)
+
+
+def _plot_after_verify(app: App, bundle: str, plot_file: str, report: dict[str, Any]) -> None:
+    """``dk verify --plot``: the plot of what was verified; a bundle whose manifest cannot be
+    read has no plot (the report already says why), which is not an error of its own."""
+    from dk.errors import FormatError
+    from dk.verifier.plot import write_plot
+
+    try:
+        write_plot(bundle, plot_file, report=report)
+    except FormatError as e:
+        app.info(f"no plot: {e}")
+        return
+    app.info(f"plot: {plot_file}")
 
 
 @click.command("verify-many", short_help="Verify a directory of bundles (one report each)")

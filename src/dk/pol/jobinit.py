@@ -144,7 +144,12 @@ def _custom_job(raw: dict[str, Any], base_dir: Path, tolerance: float | None) ->
     _fill_init_root(raw, base_dir)
     ds = load_dataset(JobSpec(normalize(raw), base_dir))
     raw["data"]["root"] = ds.root().hex()
-    return _pin(JobSpec(normalize(raw), base_dir), None, tolerance)
+    job = JobSpec(normalize(raw), base_dir)
+    from dk.pol.models import build_model
+    from dk.pol.probe import check_model_fits
+
+    check_model_fits(job, build_model(job), ds)  # one clear line, not a traceback (issue 12)
+    return _pin(job, None, tolerance)
 
 
 def _fill_init_root(raw: dict[str, Any], base_dir: Path) -> None:

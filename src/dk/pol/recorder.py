@@ -30,9 +30,10 @@ import numpy as np
 from dk.crypto.hashing import digests_equal
 from dk.crypto.numeric import fold_sum_inplace
 from dk.errors import DkError, FormatError, JobMismatch
-from dk.pol.checkpoint import sync_files
+from dk.pol.checkpoint import Tensors, sync_files
 from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.job import JobSpec, as_job
+from dk.pol.loss import LOSS_KEY, LossMeter, loss_required
 from dk.pol.models import initial_state, state_specs
 from dk.pol.run import RunInfo, write_run
 from dk.pol.sampler import job_sampler
@@ -161,9 +162,11 @@ class JobLoader:
                 )
             x, y = job_batch(rec.job, rec.dataset, rec.sampler, t)
             if acc == 1:
+                rec._ys = [y]  # the targets the loss hook scores the forward pass against
                 yield x, y
             else:  # the job's micro-batches, one forward pass each, then one optimizer.step()
-                yield from zip(x.chunk(acc), y.chunk(acc), strict=True)
+                rec._ys = list(y.chunk(acc))
+                yield from zip(x.chunk(acc), rec._ys, strict=True)
 
 
 class Recorder:
@@ -177,6 +180,7 @@ class Recorder:
         dataset: Dataset | None = None,
         progress: Any = None,
         engine: Any = None,
+        resume: bool = False,
     ) -> None:
         self.job = as_job(job)
         if self.job.pol.get("backend") == "rounded":  # SPEC VI: not wired into the Recorder yet
@@ -199,6 +203,9 @@ class Recorder:
         self._opt: torch.optim.Optimizer | None = None
         self._writer: CommitWriter | None = None
         self._progress_at = 0.0
+        # SPEC §11.7: the per-interval training loss, committed in each interval's ext.
+        self._loss: LossMeter | None = LossMeter() if loss_required(self.job) else None
+        self._ys: list[Any] | None = None
         self.dp: dict[str, Any] | None = self.job.train.get("dp")
         self.dp_epsilon: float | None = None
         self._in_dp = False
@@ -233,6 +240,22 @@ class Recorder:
             interval=self.job.interval,
             steps=self.job.steps,
         )
+        # resume=True: continue the interrupted run in run_dir, if there is one (dk.pol.resume)
+        self._partial: Any = None
+        self._prev_ck: Tensors | None = None
+        self._scheduler: Any = None
+        if resume:
+            from dk.pol.resume import has_partial_run, read_partial_run
+
+            if has_partial_run(self.run_dir):
+                self._partial = read_partial_run(
+                    self.run_dir, self.job, self.sampler.steps_per_epoch
+                )
+
+    @property
+    def resumed_from(self) -> int | None:
+        """The step this run resumed from (``None`` for a run started from step 0)."""
+        return None if self._partial is None else int(self._partial.step)
 
     # -- attach ------------------------------------------------------------------------
     def _check_model(self, model: torch.nn.Module) -> None:
@@ -368,6 +391,7 @@ class Recorder:
         self._check_model(model)
         self._check_optimizer(optimizer, model, scheduled=scheduler is not None)
         self._check_scheduler(scheduler, optimizer)
+        self._scheduler = scheduler
         if loader is not None:
             bs = getattr(loader, "batch_size", None)
             ds = getattr(loader, "dataset", None)
@@ -387,6 +411,11 @@ class Recorder:
         self._hook = model.register_forward_pre_hook(self._on_forward)
         if self.job.train.get("precision", "fp32") != "fp32":
             self._post_hook = model.register_forward_hook(self._after_forward)
+        if self._loss is not None and self.engine is None:  # an engine reports its own loss
+            from dk.pol.torch_adapter import make_loss
+
+            self._loss_fn = make_loss(self.job, getattr(self.dataset, "output_dim", None))
+            self._loss_hook = model.register_forward_hook(self._record_loss)
         self._start()
         return model, _recorded_optimizer_type()(optimizer, self), JobLoader(self)
 
@@ -438,6 +467,22 @@ class Recorder:
         if torch.is_grad_enabled() and torch.is_tensor(out) and out.dtype != torch.float32:
             return out.float() if out.is_floating_point() else None
         return None
+
+    def _record_loss(self, module: torch.nn.Module, args: Any, out: Any) -> None:
+        """Forward hook: the job's loss on this micro-batch's output (SPEC §11.7, §12.4)."""
+        if not torch.is_grad_enabled() or self._in_dp or self._loss is None:
+            return
+        if self._ys is None or not 0 < self._forwards <= len(self._ys):
+            raise JobMismatch("train on the batches of the loader that attach() returned")
+        y = self._ys[self._forwards - 1]
+        acc = int(self.job.train.get("accumulation", 1))
+        dev = self.job.train.get("device", "cpu")
+        with torch.no_grad(), torch.autocast(dev, enabled=False):
+            if torch.is_tensor(out):
+                out = out.detach()
+                out = out.float() if out.is_floating_point() else out
+            dev_out = out.device if torch.is_tensor(out) else y.device
+            self._loss.add(self._loss_fn(out, y.to(dev_out)) / acc)
 
     def _check_step_inputs(self, opt: torch.optim.Optimizer) -> None:
         """At ``optimizer.step()``: the job's number of forwards and the job's learning rate."""
@@ -522,12 +567,52 @@ class Recorder:
     def _start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._writer = CommitWriter(self.run_dir, self.info, self.sampler)
-        self._writer.start()
+        if self._partial is not None:  # continue from the last committed checkpoint
+            self._restore_partial()
+        # a resumed run appends to its (rewritten) log, from its last committed checkpoint
+        self._writer.start(prev=self._prev_ck, truncate=self._partial is None)
         self._det.__enter__()
-        self._snap(0, 0)
+        if self._partial is None:
+            self._snap(0, 0)
+
+    def _restore_partial(self) -> None:
+        """Load the partial run's last checkpoint into the engine or the user's objects."""
+        from dk.pol.resume import advance_scheduler, rewrite_log
+
+        p = self._partial
+        rewrite_log(self.run_dir, p)
+        self.info.checkpoints, self.info.intervals = list(p.checkpoints), list(p.intervals)
+        self.step, self._next, self._prev_ck = p.step, p.next_index, p.last
+        if self.engine is not None:
+            self.engine.restore(p.last)
+            if self._model is not None:  # the user's model shows the engine's arrays
+                import torch
+
+                for name, prm in self._model.named_parameters():
+                    prm.data = torch.from_numpy(self.engine.params[name])
+            return
+        assert self._model is not None and self._opt is not None
+        from dk.pol.torch_adapter import restore
+
+        restore(p.last, self._model, self._opt, self.job, self.codec)
+        if self._scheduler is not None:
+            advance_scheduler(self._scheduler, p.step)
 
     # -- recording ---------------------------------------------------------------------
+    def _interval_ext(self, index: int) -> dict[str, Any] | None:
+        """The ``ext`` object (SPEC §11.5) of the interval ending at checkpoint ``index``."""
+        if index == 0 or self._loss is None:
+            return None
+        loss = self._loss.take()
+        if not np.isfinite(loss):
+            raise TrainingDiverged(
+                f"step {self.step}: the training loss of interval {index - 1} is not finite; "
+                "recording stopped"
+            )
+        return {LOSS_KEY: loss}
+
     def _snap(self, index: int, step: int) -> None:
+        ext = self._interval_ext(index)
         if self.engine is not None:
             ck = self.engine.snapshot(step, self.sampler.steps_per_epoch)
         else:
@@ -538,7 +623,7 @@ class Recorder:
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )
         assert self._writer is not None
-        self._writer.put(index, step, ck)
+        self._writer.put(index, step, ck, ext)
 
     def dp_grads_(self) -> None:
         """Replace the model's gradients by this step's DP-SGD gradients (SPEC VII §4)."""
@@ -560,7 +645,9 @@ class Recorder:
         always shows the current weights without a copy. Its own gradients are not used."""
         assert self.engine is not None
         idx = self.sampler.batch(self.step)
-        self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
+        loss = self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
+        if self._loss is not None:
+            self._loss.add(loss)
         if self._model is None:
             return
         self._check_user_gradients()
@@ -606,6 +693,8 @@ class Recorder:
             )
 
     def _on_step(self) -> None:
+        if self._loss is not None:
+            self._loss.end_step()
         self.step += 1
         if self.step > self._steps:
             raise JobMismatch(f"more optimizer steps than the job's {self._steps}")
@@ -620,7 +709,7 @@ class Recorder:
 
     def finish(self) -> RunInfo:
         """Wait for pending commits, check the run is complete, write ``run.json``."""
-        for name in ("_hook", "_post_hook"):
+        for name in ("_hook", "_post_hook", "_loss_hook"):
             hook = getattr(self, name, None)
             if hook is not None:
                 hook.remove()

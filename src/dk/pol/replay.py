@@ -44,6 +44,8 @@ class Replayer:
                 "and the interval's rounding log (not wired into bundles yet)"
             )
         self.job, self.dataset, self.threads = job, dataset, threads
+        #: The step losses ``ℓ_t`` of the last :meth:`run` (SPEC §11.7), in step order.
+        self.step_losses: list[float] = []
         self.sampler = job_sampler(job, len(dataset))
         self.kernels = KernelSession(job) if uses_kernels(job) else None
         #: Data-parallel jobs (SPEC §8.5): each rank's step digests of the last replay.
@@ -64,6 +66,7 @@ class Replayer:
 
     def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
         """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
+        self.step_losses = []
         if self.job.world_size > 1 and self.kernels is not None:  # W ranks in rank order
             from dk.pol.parallel import ParallelKernelSession, replay_parallel
 
@@ -76,7 +79,8 @@ class Replayer:
             self.kernels.restore(start)
             for t in range(start_step, end_step):
                 idx = self.sampler.batch(t)
-                self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
+                loss = self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
+                self.step_losses.append(loss)
             return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
         from dk.pol.torch_adapter import (
             compress_hook,
@@ -98,7 +102,7 @@ class Replayer:
                 x, y = job_batch(self.job, self.dataset, self.sampler, t)
                 if dp is not None:  # DP-SGD with the step's committed noise (SPEC VII §4)
                     hook = _dp_hook(self.loss_fn, x, y, dp, self.job.seed, t)
-                train_step(
+                loss = train_step(
                     self.model,
                     self.optimizer,
                     self.loss_fn,
@@ -109,6 +113,7 @@ class Replayer:
                     step=t,
                     device=self.device,
                 )
+                self.step_losses.append(loss)
             return snapshot(
                 self.model, self.optimizer, self.job, end_step, self.sampler.steps_per_epoch, codec
             )
@@ -186,17 +191,21 @@ def replay_matches(
     """Replay an interval and judge it by the job's mode; returns (ok, figures)."""
     from dk.crypto.hashing import digests_equal
     from dk.pol.checkpoint import checkpoint_root
+    from dk.pol.loss import interval_loss, loss_required
 
     exact = replayer.job.mode in ("exact", "zk")
     end = replayer.run(start, start_step, end_step)
+    fig: dict[str, Any] = {}
+    if loss_required(replayer.job):  # SPEC §11.7: the caller compares it with the claimed loss
+        fig["loss"] = interval_loss(replayer.step_losses)
     if exact:
         root = checkpoint_root(end)
-        fig: dict[str, Any] = {"replayed_root": root.hex()}
+        fig["replayed_root"] = root.hex()
         if replayer.rank_steps is not None:  # data-parallel: the blame's evidence (SPEC §12.6)
             fig["rank_steps"] = [[d.hex() for d in r] for r in replayer.rank_steps]
         return digests_equal(root, claimed_root), fig
     assert claimed is not None
-    d = distances(start, claimed, end)
+    d: dict[str, Any] = {**distances(start, claimed, end), **fig}
     return d["l2"] <= float(replayer.job.pol["tolerance"]), d
 
 

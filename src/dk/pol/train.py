@@ -13,7 +13,12 @@ from dk.pol.run import RunInfo
 
 
 def train_job(
-    job: JobSpec | str | Path, run_dir: str | Path, *, progress: Any = None, engine: Any = None
+    job: JobSpec | str | Path,
+    run_dir: str | Path,
+    *,
+    progress: Any = None,
+    engine: Any = None,
+    resume: bool = False,
 ) -> RunInfo:
     """Train ``job`` from its initial weights, writing a run directory to ``run_dir``.
 
@@ -24,23 +29,30 @@ def train_job(
             after the last step.
         engine: a step engine that computes whole steps (see :class:`Recorder`); default:
             dk's kernels in exact mode, else PyTorch.
+        resume: continue the interrupted run in ``run_dir`` from its last committed
+            checkpoint, if it holds one (:mod:`dk.pol.resume`); else start at step 0.
 
     Returns:
         The run's summary (also written as ``run_dir/run.json``).
     """
     job = as_job(job)
     dataset = load_dataset(job)
-    rec = Recorder(job, run_dir, dataset=dataset, progress=progress, engine=engine)
+    rec = Recorder(job, run_dir, dataset=dataset, progress=progress, engine=engine, resume=resume)
     if rec.engine is not None:  # exact (dk kernels) or zk: the engine computes every step
         rec.start_engine()
-        for _ in range(job.steps):
+        for _ in range(rec.step, job.steps):
             rec.engine_step()
         return rec.finish()
     from dk.pol.schedule import make_scheduler  # torch computes the steps
     from dk.pol.torch_adapter import make_loss, make_optimizer, resolve_device
 
     device = resolve_device(job)  # a CUDA job on a machine without CUDA stops here
-    model = build_model(job).to(device)
+    model = build_model(job)
+    if job.is_custom:  # a consumer's model: one clear line if it does not fit the data
+        from dk.pol.probe import check_model_fits
+
+        check_model_fits(job, model, dataset)
+    model = model.to(device)
     model.train()
     optimizer = make_optimizer(job, model.parameters())
     scheduler = make_scheduler(job, optimizer)

@@ -38,6 +38,7 @@ from dk.crypto.hashing import (
 )
 from dk.crypto.merkle import leaf_hash, merkle_root
 from dk.errors import FormatError
+from dk.pol.loss import LOSS_KEY, check_loss_value
 from dk.pol.rank_ext import check_rank_digests, check_rank_signatures, check_ranks
 
 BUNDLE_FORMAT = "dk-pol-bundle"
@@ -75,6 +76,7 @@ RUN_EXTENSIONS: dict[str, ExtensionCheck] = {}
 
 #: Keys an interval's ``ext`` object may hold (SPEC §11.5), each with its validator.
 INTERVAL_EXTENSIONS: dict[str, ExtensionCheck] = {}
+INTERVAL_EXTENSIONS[LOSS_KEY] = check_loss_value  # SPEC §11.7: the interval's training loss
 
 # SPEC §11.6: data-parallel runs (the ranks, and each rank's digest of each interval).
 RUN_EXTENSIONS["ranks"] = check_ranks

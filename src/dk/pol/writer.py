@@ -36,7 +36,10 @@ class CommitWriter:
 
     def __init__(self, run_dir: Path, info: RunInfo, sampler: Sampler, *, depth: int = 2) -> None:
         self.run_dir, self.info, self.sampler = run_dir, info, sampler
-        self._queue: queue.Queue[tuple[int, int, Tensors] | None] = queue.Queue(maxsize=depth)
+        self._queue: queue.Queue[tuple[int, int, Tensors, dict[str, Any] | None] | None] = (
+            queue.Queue(maxsize=depth)
+        )
+        self._prev: Tensors | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         #: Every blob written, then the log: what must be synced before the run is complete.
@@ -47,15 +50,19 @@ class CommitWriter:
         """The run's ``run.log.jsonl``."""
         return self.run_dir / LOG_NAME
 
-    def start(self) -> None:
-        """Create (truncate) the log and start the thread."""
+    def start(self, *, prev: Tensors | None = None, truncate: bool = True) -> None:
+        """Start the thread; ``truncate`` creates an empty log. A resumed run passes its last
+        committed checkpoint as ``prev`` (the start of the next interval) and keeps its log."""
         (self.run_dir / "blobs").mkdir(parents=True, exist_ok=True)
-        self.log_path.write_text("")
+        if truncate:
+            self.log_path.write_text("")
+        self._prev = prev
         self._thread = threading.Thread(target=self._loop, name="dk-commit", daemon=True)
         self._thread.start()
 
-    def put(self, index: int, step: int, ck: Tensors) -> None:
-        """Queue checkpoint ``index`` (taken at ``step``); raises the thread's error, if any.
+    def put(self, index: int, step: int, ck: Tensors, ext: dict[str, Any] | None = None) -> None:
+        """Queue checkpoint ``index`` (taken at ``step``) and the ``ext`` object (SPEC §11.5) of
+        the interval it ends; raises the thread's error, if any.
 
         ``ck`` must not change afterwards (a snapshot, not live weights).
         """
@@ -63,7 +70,7 @@ class CommitWriter:
             if self._error is not None:
                 raise self._error
             try:
-                self._queue.put((index, step, ck), timeout=0.5)
+                self._queue.put((index, step, ck, ext), timeout=0.5)
             except queue.Full:
                 continue
             return
@@ -88,15 +95,15 @@ class CommitWriter:
         self._thread = None
 
     def _loop(self) -> None:
-        prev: Tensors | None = None
+        prev: Tensors | None = self._prev
         log = open(self.log_path, "a", encoding="utf-8")
         try:
             while True:
                 item = self._queue.get()
                 if item is None:
                     return
-                index, step, ck = item
-                line = self._commit(index, step, ck, prev)
+                index, step, ck, ext = item
+                line = self._commit(index, step, ck, prev, ext)
                 log.write(line)
                 if self._queue.empty():  # caught up: flush; behind: one flush for the batch
                     log.flush()
@@ -112,7 +119,14 @@ class CommitWriter:
         finally:
             log.close()
 
-    def _commit(self, index: int, step: int, ck: Tensors, prev: Tensors | None) -> str:
+    def _commit(
+        self,
+        index: int,
+        step: int,
+        ck: Tensors,
+        prev: Tensors | None,
+        ext: dict[str, Any] | None = None,
+    ) -> str:
         """Root, blob and interval of one checkpoint; its log line."""
         root = checkpoint_root(ck)
         _, path, nbytes = write_blob(self.run_dir, ck, root, durable=False)
@@ -128,6 +142,7 @@ class CommitWriter:
                 end_step=step,
                 batch_commitment=self.sampler.batch_commitment(index - 1, start, step).hex(),
                 update_norm=update_norm(prev, ck),
+                ext=ext,
             )
             self.info.intervals.append(iv)
             line["interval"] = iv.__dict__

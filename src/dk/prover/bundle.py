@@ -179,13 +179,21 @@ def _copy_rank_steps(run_dir: Path, out: Path, m: dict[str, Any]) -> None:
         _link_or_copy(run_dir / name, out / name)
 
 
-def train(job: JobSpec | str | Path, run_dir: str | Path, *, progress: Any = None) -> Any:
-    """Train a job with recording, whatever its mode (zk jobs step through their circuit)."""
+def train(
+    job: JobSpec | str | Path, run_dir: str | Path, *, progress: Any = None, resume: bool = False
+) -> Any:
+    """Train a job with recording, whatever its mode (zk jobs step through their circuit).
+
+    ``resume``: continue an interrupted run in ``run_dir`` (not for zk jobs yet).
+    """
     job = as_job(job)
     if job.mode == "zk":
         from dk.circuits.session import train_zk
+        from dk.pol.resume import has_partial_run
 
+        if resume and has_partial_run(run_dir):
+            raise FormatError(f"{run_dir}: a zk run cannot resume yet; train into a new directory")
         return train_zk(job, run_dir, progress=progress)
     from dk.pol.train import train_job
 
-    return train_job(job, run_dir, progress=progress)
+    return train_job(job, run_dir, progress=progress, resume=resume)

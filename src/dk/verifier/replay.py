@@ -198,6 +198,9 @@ def replay_challenged(
                 f"interval {i} does not replay to its committed checkpoint{detail}",
                 i,
             )
+    from dk.verifier.loss import judge_losses
+
+    judge_losses(rep, job, man, chal, results)  # SPEC §11.7
     rep.passed("replay")
     return results
 
@@ -317,6 +320,13 @@ def replay_interval(
             return ReplayResult(
                 REJECT, Reason.RANK_DIGEST_MISMATCH, f"interval {index}: rank digests", blame
             )
-    if ok:
-        return ReplayResult(ACCEPT)
-    return ReplayResult(REJECT, Reason.REPLAY_MISMATCH, f"interval {index} does not replay", blame)
+    if not ok:
+        return ReplayResult(
+            REJECT, Reason.REPLAY_MISMATCH, f"interval {index} does not replay", blame
+        )
+    from dk.verifier.loss import loss_finding
+
+    bad = loss_finding(spec, ivs[index], fig)  # SPEC §11.7
+    if bad is not None:
+        return ReplayResult(REJECT, *bad)
+    return ReplayResult(ACCEPT)

@@ -47,6 +47,7 @@ from dk.pol.transcript import (
 from dk.verifier.blame import check_ranks
 from dk.verifier.challenge import derive_challenge, detection_probability, samples_for
 from dk.verifier.files import read_bounded
+from dk.verifier.loss import check_loss_present
 from dk.verifier.report import Reason, Report
 
 MAX_SIGNATURE_FILE = 256
@@ -239,6 +240,7 @@ def check_structure(ctx: Context) -> None:
                 f"interval {i} has the wrong step range",
                 i,
             )
+    check_loss_present(ctx)  # SPEC §11.7: the committed training losses are there
     ctx.rep.passed("structure")
 
 

@@ -1,0 +1,143 @@
+"""Resume an interrupted run from its last committed checkpoint (nothing lost, nothing changed).
+
+A run directory whose training stopped (a crash, ``SIGKILL``, a power cut after the page cache
+reached the disk) holds ``run.log.jsonl`` and no ``run.json``. Every line of the log names a
+checkpoint whose blob was fully written before the line was, so the log's longest valid prefix
+is a committed run up to its last checkpoint ``L`` (a torn last line is dropped).
+
+Resuming loads ``L``'s tensors and restores from them everything that shapes the following
+steps: parameters and buffers, optimizer state, codec state, the step (the learning-rate
+schedule's whole state, SPEC §8.4) and the sampler position (SPEC §8.1). No RNG state needs
+saving: every random draw of step ``t`` comes from generators seeded by the job's seed and
+``t`` (SPEC §8.3). So in exact mode the resumed run commits the same checkpoints, intervals,
+losses and transcript root as an uninterrupted one, bit for bit.
+
+A partial run is refused (``FormatError``, exit 3) when its checkpoint 0 is not the job's
+(another job's directory), its steps are not the job's ``0, k, 2k, …``, a blob is missing or
+has another size, or the last checkpoint does not hash to its logged root.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dk.crypto.hashing import digests_equal
+from dk.errors import FormatError
+from dk.pol.checkpoint import (
+    Tensors,
+    blob_name,
+    check_schema,
+    checkpoint_root,
+    initial_checkpoint,
+    parse_blob,
+    read_blob_file,
+)
+from dk.pol.job import JobSpec
+from dk.pol.run import CheckpointEntry, IntervalEntry, atomic_write
+
+__all__ = ["PartialRun", "has_partial_run", "read_partial_run"]
+
+LOG = "run.log.jsonl"
+MAX_LOG_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class PartialRun:
+    """The committed prefix of an interrupted run."""
+
+    checkpoints: list[CheckpointEntry]
+    intervals: list[IntervalEntry]
+    last: Tensors  # the tensors of the last committed checkpoint (verified against its root)
+    lines: list[str]  # the log's valid lines, as written
+
+    @property
+    def step(self) -> int:
+        """The step of the last committed checkpoint (where training resumes)."""
+        return self.checkpoints[-1].step
+
+    @property
+    def next_index(self) -> int:
+        """The index of the next checkpoint to commit."""
+        return len(self.checkpoints)
+
+
+def has_partial_run(run_dir: str | Path) -> bool:
+    """True when ``run_dir`` holds a started, unfinished run (a log and no ``run.json``)."""
+    d = Path(run_dir)
+    log = d / LOG
+    return not (d / "run.json").exists() and log.is_file() and log.stat().st_size > 0
+
+
+def _valid_lines(data: bytes, job: JobSpec) -> list[tuple[str, dict[str, Any]]]:
+    """The longest prefix of log lines that parse and follow on (indices, steps, intervals)."""
+    steps = job.checkpoint_steps()
+    out: list[tuple[str, dict[str, Any]]] = []
+    for raw in data.split(b"\n"):
+        try:
+            line = raw.decode("utf-8")
+            d = json.loads(line)
+            ck = d["checkpoint"]
+            j = len(out)
+            if ck["index"] != j or j >= len(steps) or ck["step"] != steps[j]:
+                break
+            iv = d.get("interval")
+            if (j == 0) != (iv is None):
+                break
+            if iv is not None and (iv["index"], iv["end_step"]) != (j - 1, steps[j]):
+                break
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+            break  # a torn last line (or garbage): the committed prefix ends here
+        out.append((line, d))
+    return out
+
+
+def read_partial_run(run_dir: str | Path, job: JobSpec, steps_per_epoch: int) -> PartialRun | None:
+    """The committed prefix of the interrupted run in ``run_dir`` (``None`` if it has none).
+
+    Raises:
+        FormatError: the partial run is not this job's, or its blobs are not what it logged.
+    """
+    d = Path(run_dir)
+    with open(d / LOG, "rb") as f:
+        data = f.read(MAX_LOG_BYTES + 1)
+    if len(data) > MAX_LOG_BYTES:
+        raise FormatError(f"{d / LOG} is over {MAX_LOG_BYTES} bytes")
+    lines = _valid_lines(data, job)
+    if not lines:
+        return None
+    cks = [CheckpointEntry(**ln[1]["checkpoint"]) for ln in lines]
+    ivs = [IntervalEntry(**ln[1]["interval"]) for ln in lines[1:]]
+    init = checkpoint_root(initial_checkpoint(job, steps_per_epoch))
+    if not digests_equal(bytes.fromhex(cks[0].root), init):
+        raise FormatError(
+            f"{d} holds a partial run of another job (its checkpoint 0 is not this job's); "
+            "train into a new directory"
+        )
+    for ck in cks:
+        p = d / blob_name(bytes.fromhex(ck.root))
+        if not p.is_file() or p.stat().st_size != ck.nbytes:
+            raise FormatError(f"cannot resume {d}: blob of checkpoint {ck.index} is missing")
+    last = dict(parse_blob(read_blob_file(d / blob_name(bytes.fromhex(cks[-1].root)))))
+    if not digests_equal(checkpoint_root(last), bytes.fromhex(cks[-1].root)):
+        raise FormatError(f"cannot resume {d}: checkpoint {cks[-1].index} is corrupt")
+    check_schema(job, cks[-1].step, last)
+    return PartialRun(cks, ivs, last, [ln[0] for ln in lines])
+
+
+def rewrite_log(run_dir: str | Path, partial: PartialRun) -> None:
+    """Cut the log back to its committed prefix (a torn last line would break the appends)."""
+    text = "".join(line + "\n" for line in partial.lines)
+    atomic_write(Path(run_dir) / LOG, text.encode("utf-8"))
+
+
+def advance_scheduler(scheduler: Any, steps: int) -> None:
+    """Step a user's LR scheduler to step ``steps`` (its state is the step, SPEC §8.4)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "lr_scheduler.step() before optimizer.step()"
+        for _ in range(steps):
+            scheduler.step()

@@ -1,0 +1,135 @@
+"""Issue 12's bad input: each gives one clear line, the documented exit code, no traceback, and
+nothing written that claims what did not happen (no job file, no run.json)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dk.cli.app import main
+
+GOOD_MODEL = "import torch\ndef build():\n    return torch.nn.Linear(64, 10)\n"
+DRAFT = (
+    "[model]\nsource = 'model.py'\n[data]\nkind = 'npz'\npath = 'digits.npz'\n"
+    "[train]\nsteps = 4\nbatch_size = 16\n{train}\n[pol]\ninterval = 2\nmode = 'tolerant'\n"
+)
+
+
+def _dir(tmp_path: Path, model: str = GOOD_MODEL, train: str = "") -> Path:
+    from sklearn.datasets import load_digits
+
+    dig = load_digits()
+    np.savez(
+        tmp_path / "digits.npz",
+        X=(dig.data[:64] / 16).astype(np.float32),
+        y=dig.target[:64].astype(np.int64),
+    )
+    (tmp_path / "model.py").write_text(model)
+    (tmp_path / "draft.toml").write_text(DRAFT.format(train=train))
+    return tmp_path
+
+
+def _dk(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(args)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("dk: error: "), err
+    return int(e.value.code or 0), err
+
+
+def _init(d: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code, err = _dk(
+        ["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "j.toml")], capsys
+    )
+    assert not (d / "j.toml").exists()
+    return code, err
+
+
+def test_model_file_that_fails_to_import(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = _dir(tmp_path, model="import nonexistent_pkg_xyz\n")
+    code, err = _init(d, capsys)
+    assert code == 3 and "failed to import: ModuleNotFoundError" in err
+
+
+@pytest.mark.parametrize(
+    ("model", "says"),
+    [
+        ("import torch\ndef build():\n    return torch.nn.Linear(64, 3)\n", "at least 10 classes"),
+        ("import torch\ndef build():\n    return torch.nn.Linear(60, 10)\n", "does not take"),
+        ("import torch\ndef build():\n    return torch.nn.Flatten(0)\n", "needs 2 dimensions"),
+    ],
+)
+def test_factory_that_returns_the_wrong_shapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str, says: str
+) -> None:
+    code, err = _init(_dir(tmp_path, model=model), capsys)
+    assert code == 3 and says in err
+
+
+def test_scheduler_the_job_does_not_name(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = _init(_dir(tmp_path, train="schedule = 'exponential'"), capsys)
+    assert code == 3 and "schedule must be one of" in err
+
+
+def test_token_file_of_the_wrong_length(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "tok.bin").write_bytes(b"\x01\x02\x03")
+    (tmp_path / "model.py").write_text(GOOD_MODEL)
+    (tmp_path / "draft.toml").write_text(
+        "[model]\nsource = 'model.py'\n[data]\nkind = 'tokens'\npath = 'tok.bin'\n"
+        "dtype = 'uint16'\nseq_len = 8\n[train]\nsteps = 4\nbatch_size = 4\n"
+        "loss = 'next_token_cross_entropy'\n[pol]\ninterval = 2\nmode = 'tolerant'\n"
+    )
+    code, err = _init(tmp_path, capsys)
+    assert code == 3 and "not a whole number of uint16 tokens" in err
+
+
+@pytest.fixture
+def job_dir(tmp_path: Path) -> Path:
+    d = _dir(tmp_path)
+    assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
+    return d
+
+
+def main_ok(args: list[str]) -> bool:
+    try:
+        main(args)
+    except SystemExit as e:
+        return not e.code
+    return True
+
+
+def test_dataset_whose_root_differs(job_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with np.load(job_dir / "digits.npz") as f:
+        x, y = f["X"].copy(), f["y"]
+    x[0, 0] += 1.0
+    np.savez(job_dir / "digits.npz", X=x, y=y)
+    code, err = _dk(["train", str(job_dir / "job.toml"), "--out", str(job_dir / "run")], capsys)
+    assert code == 3 and "does not match the job's data.root" in err
+    assert not (job_dir / "run" / "run.json").exists()
+
+
+def test_model_file_changed_after_the_job(
+    job_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (job_dir / "model.py").write_text("import nonexistent_pkg_xyz\n")
+    code, err = _dk(["train", str(job_dir / "job.toml"), "--out", str(job_dir / "run")], capsys)
+    assert code == 3 and "source_sha256" in err
+    assert not (job_dir / "run" / "run.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_job_without_cuda(job_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cuda = job_dir / "cuda.toml"
+    cuda.write_text((job_dir / "job.toml").read_text().replace('device = "cpu"', 'device = "cuda"'))
+    code, err = _dk(["train", str(cuda), "--out", str(job_dir / "run")], capsys)
+    assert code == 4 and "cuda" in err.lower()
+    assert not (job_dir / "run" / "run.json").exists()

@@ -1,0 +1,127 @@
+"""An interrupted ``dk train`` resumes from its last committed checkpoint with nothing lost:
+the resumed run's bundle is byte-identical to an uninterrupted one (exact mode)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.helpers import WORKER, tiny_job
+
+from dk.errors import FormatError
+from dk.pol import train_job
+from dk.prover import prove_run
+
+ROOT = Path(__file__).resolve().parents[3]
+
+# Runs training in a child process that SIGKILLs itself right after step KILL_AT (after a
+# pause, so the commits before it reach the log, as they would in a long run).
+CHILD = """
+import os, signal, sys, time
+from dk.pol import recorder, train_job
+from dk.pol.job import load_job
+
+job, run, kill_at, torn = load_job(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+orig = recorder.Recorder._on_step
+
+def on_step(self):
+    orig(self)
+    if self.step == kill_at:
+        time.sleep(1.0)
+        if torn == "1":  # a line cut off mid-write
+            with open(os.path.join(run, "run.log.jsonl"), "a") as f:
+                f.write('{"checkpoint": {"index": 9')
+        os.kill(os.getpid(), signal.SIGKILL)
+
+recorder.Recorder._on_step = on_step
+train_job(job, run)
+"""
+
+
+def _killed_run(job: Any, tmp: Path, kill_at: int, torn: bool = False) -> Path:
+    (tmp / "job.toml").write_text(job.to_toml())
+    run = tmp / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(tmp / "job.toml"),
+            str(run),
+            str(kill_at),
+            str(int(torn)),
+        ],
+        env=env,
+        capture_output=True,
+        timeout=600,
+    )
+    assert p.returncode == -9, p.stderr.decode()[-2000:]
+    assert not (run / "run.json").exists()
+    return run
+
+
+def _bundle_bytes(bundle: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(bundle).as_posix(): p.read_bytes()
+        for p in sorted(bundle.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _check_resume(job: Any, tmp: Path, kill_at: int, torn: bool = False) -> None:
+    from dk.pol.resume import has_partial_run
+
+    train_job(job, tmp / "whole")
+    whole = prove_run(tmp / "whole", job, WORKER, tmp / "whole-bundle")
+    run = _killed_run(job, tmp, kill_at, torn)
+    assert has_partial_run(run)
+    log = (run / "run.log.jsonl").read_text().splitlines()
+    committed = sum(1 for ln in log if ln.endswith("}"))
+    assert 2 <= committed < len(job.checkpoint_steps())  # interrupted mid-run
+    info = train_job(job, run, resume=True)
+    assert info.complete and len(info.checkpoints) == len(job.checkpoint_steps())
+    resumed = prove_run(run, job, WORKER, tmp / "resumed-bundle")
+    assert _bundle_bytes(resumed) == _bundle_bytes(whole)
+
+
+def test_exact_kernels_run_resumes_bit_identically(tmp_path: Path) -> None:
+    _check_resume(tiny_job(steps=40, interval=5), tmp_path, kill_at=23)
+
+
+def test_torn_log_line_is_dropped(tmp_path: Path) -> None:
+    _check_resume(tiny_job(steps=20, interval=5), tmp_path, kill_at=12, torn=True)
+
+
+@pytest.mark.slow
+def test_torch_run_with_schedule_resumes_bit_identically(tmp_path: Path) -> None:
+    job = tiny_job(
+        steps=24,
+        interval=4,
+        pol={"backend": "torch"},
+        train={"optimizer": "adamw", "schedule": "cosine", "warmup_steps": 3, "lr": 0.01},
+    )
+    _check_resume(job, tmp_path, kill_at=14)
+
+
+def test_partial_run_of_another_job_is_refused(tmp_path: Path) -> None:
+    run = _killed_run(tiny_job(steps=20, interval=5), tmp_path, kill_at=12)
+    with pytest.raises(FormatError, match="another job"):
+        train_job(tiny_job(steps=20, interval=5, seed=1), run, resume=True)
+
+
+def test_cli_resumes_automatically(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dk.cli.app import cli
+
+    job = tiny_job(steps=20, interval=5)
+    run = _killed_run(job, tmp_path, kill_at=12)
+    r = CliRunner().invoke(cli, ["train", str(tmp_path / "job.toml"), "--out", str(run)])
+    assert r.exit_code == 0, r.output
+    assert "resuming the interrupted run" in r.stderr
+    assert (run / "run.json").exists()
