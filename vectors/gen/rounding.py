@@ -3,7 +3,7 @@
 Deterministic (fixed values, no clock); ``python -m vectors.gen rounding``. Checked by
 :mod:`dk.vectors.rounding`.
 
-* ``log.json``: logs with their canonical bytes and digests, a ``rounding_log_root``; malformed
+* ``log.json``: logs with their canonical bytes and digests; malformed
   blobs (``ROUNDING_LOG_MALFORMED``) and logs bound to another interval or τ
   (``ROUNDING_LOG_MISMATCH``).
 * ``replay.json``: one float64 site (an ``mm.default`` output of 16 values placed at chosen
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dk.pol.backends.log import RoundingLog, log_digest, logs_root
+from dk.pol.backends.log import RoundingLog, log_digest
 from dk.vectors import write_cases
 
 JOB = bytes(range(32))
@@ -52,10 +52,6 @@ def _log_cases() -> list[dict[str, Any]]:
         blob = log.encode()
         cases.append({"comment": comment, "result": "valid", "log": _as_dict(log),
                       "blob": blob.hex(), "digest": log_digest(blob).hex()})  # fmt: skip
-    blobs = [log.encode() for _, log in valid]
-    cases.append({"comment": "rounding_log_root over the five logs above, in order",
-                  "result": "valid", "blobs": [b.hex() for b in blobs],
-                  "root": logs_root(blobs).hex()})  # fmt: skip
     good = _log(entries=[(0, 0, 0), (0, 1, 1), (3, 7, 1)]).encode()
     h = 96
     bad = [
@@ -170,6 +166,9 @@ def _number(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def generate(root: Path) -> None:
-    """Write ``root/rounding/log.json`` and ``root/rounding/replay.json``."""
+    """Write ``root/rounding/log.json``, ``replay.json`` and the bundles of ``bundle/``."""
+    from vectors.gen import rounding_bundle
+
     write_cases(root / "rounding" / "log.json", "rounding-log", _number(_log_cases()))
     write_cases(root / "rounding" / "replay.json", "rounding-replay", _number(_replay_cases()))
+    rounding_bundle.generate(root)

@@ -115,8 +115,9 @@ def _recorded_optimizer_type() -> type:
 
                 clip_gradients(rec.job, rec._model.parameters())
             out = self._inner.step(closure)
-            rec._check_finite()
-            rec._on_step()
+            with rec._paused():  # the Recorder's own work is not part of the step's log
+                rec._check_finite()
+                rec._on_step()
             return out
 
         def zero_grad(self, set_to_none: bool = True) -> None:
@@ -182,12 +183,12 @@ class Recorder:
         engine: Any = None,
     ) -> None:
         self.job = as_job(job)
-        if self.job.pol.get("backend") == "rounded":  # SPEC VI: not wired into the Recorder yet
-            raise JobMismatch(
-                "pol.backend = 'rounded': train with dk.pol.backends.session.record_run "
-                "(the Recorder does not write rounding logs yet)"
-            )
         self.run_dir = Path(run_dir)
+        self.rounding: Any = None  # pol.backend = "rounded": one rounding log per interval
+        if self.job.pol.get("backend") == "rounded":
+            from dk.pol.backends.recording import RoundingRecorder
+
+            self.rounding = RoundingRecorder(self.job, self.run_dir)
         self.dataset = dataset if dataset is not None else load_dataset(self.job)
         check_data(self.job, self.dataset)
         check_dims(self.job, self.dataset)
@@ -230,7 +231,8 @@ class Recorder:
         if engine is None:
             from dk.pol.torch_adapter import deterministic
 
-            self._det = deterministic(1 if self.job.mode in ("exact", "zk") else None)
+            pin = self.job.mode in ("exact", "zk") and self.rounding is None  # SPEC VI: any count
+            self._det = deterministic(1 if pin else None)
         self.info = RunInfo(
             job_id=self.job.job_id.hex(),
             data_root=self.dataset.root().hex(),
@@ -500,6 +502,13 @@ class Recorder:
         self._thread = threading.Thread(target=self._commit_loop, name="dk-commit", daemon=True)
         self._thread.start()
         self._snap(0, 0)
+        if self.rounding is not None:
+            self.info.ext = {**(self.info.ext or {}), "rounding": self.rounding.run_ext()}
+            self.rounding.begin(0)
+
+    def _paused(self) -> Any:
+        """Outside the rounding log (SPEC VI): the Recorder's own tensor work."""
+        return self.rounding.paused() if self.rounding is not None else contextlib.nullcontext()
 
     # -- recording ---------------------------------------------------------------------
     def _snap(self, index: int, step: int) -> None:
@@ -512,6 +521,8 @@ class Recorder:
             ck = snapshot(
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )
+        if self.rounding is not None:
+            self.rounding.snapped(index, step, ck, self.dataset)
         self._put((index, step, ck))
 
     def dp_grads_(self) -> None:
@@ -598,9 +609,15 @@ class Recorder:
             if now >= self._progress_at or self.step == self.job.steps:
                 self._progress_at = now + PROGRESS_PERIOD_S
                 self.progress(self.step)
+        if self.rounding is not None:
+            self.rounding.end_step(self.step - 1)
         if self._next < len(self._ckpt_steps) and self.step == self._ckpt_steps[self._next]:
+            if self.rounding is not None:
+                self.rounding.end(self._next - 1)
             self._snap(self._next, self.step)
             self._next += 1
+            if self.rounding is not None and self._next < len(self._ckpt_steps):
+                self.rounding.begin(self._next - 1)
 
     def _commit_loop(self) -> None:
         prev: Tensors | None = None
@@ -655,6 +672,8 @@ class Recorder:
             self._queue.put(None)
             self._thread.join()
         finally:
+            if self.rounding is not None:
+                self.rounding.close()
             self._det.__exit__(None, None, None)
         if self._error is not None:
             raise self._error
@@ -662,7 +681,12 @@ class Recorder:
             raise JobMismatch(f"training stopped at step {self.step} of {self.job.steps}")
         # One durability point for the whole run (not one fsync per checkpoint): every blob
         # and the log reach the disk before run.json (itself written atomically) says complete.
-        sync_files([*self._written, self.run_dir / "run.log.jsonl"])
+        logs: list[Path] = []
+        if self.rounding is not None:  # SPEC VI §4: each interval commits its log by digest
+            logs = self.rounding.written
+            for iv in self.info.intervals:
+                iv.ext = {**(iv.ext or {}), "rounding_log": self.rounding.exts[iv.index]}
+        sync_files([*self._written, *logs, self.run_dir / "run.log.jsonl"])
         self.info.complete = True
         write_run(self.run_dir, self.info)
         return self.info
@@ -674,6 +698,8 @@ class Recorder:
         if exc_type is None:
             self.finish()
         elif hasattr(self, "_thread"):
+            if self.rounding is not None:
+                self.rounding.close()
             self._queue.put(None)
             self._thread.join()
             self._det.__exit__(None, None, None)

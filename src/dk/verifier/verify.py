@@ -47,6 +47,7 @@ from dk.pol.transcript import (
 from dk.verifier.challenge import derive_challenge, detection_probability, samples_for
 from dk.verifier.files import read_bounded
 from dk.verifier.report import Reason, Report
+from dk.verifier.rounding import check_rounding_claims, check_rounding_logs
 
 MAX_SIGNATURE_FILE = 256
 NORM_RTOL = 1e-9
@@ -94,6 +95,7 @@ class Context:
     chal: list[int] = field(default_factory=list)
     held: dict[int, Tensors] = field(default_factory=dict)
     zk_digests: dict[int, str] = field(default_factory=dict)
+    logs: dict[int, bytes] = field(default_factory=dict)  # SPEC VI: challenged intervals' logs
 
     def fail(self, check: str, code: Reason, message: str, interval: int | None = None) -> NoReturn:
         """Record a fatal finding and stop."""
@@ -495,6 +497,7 @@ def check_replay(ctx: Context) -> None:
         ctx.held,
         ctx.opts.workers,
         ctx.opts.executor,
+        logs=ctx.logs,
     )
 
 
@@ -508,11 +511,13 @@ CHECKS: tuple[Callable[[Context], None], ...] = (
     check_challenged_root,
     check_structure,
     check_paths,
+    check_rounding_claims,
     check_data,
     check_init,
     check_batches,
     challenge,
     check_blobs,
+    check_rounding_logs,
     check_replay,
 )
 

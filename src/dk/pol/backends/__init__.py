@@ -6,6 +6,20 @@
 
 from dk.pol.backends.log import RoundingLog as RoundingLog
 from dk.pol.backends.log import decode_log as decode_log
-from dk.pol.backends.log import logs_root as logs_root
+from dk.pol.backends.log import log_digest as log_digest
 
-__all__ = ["RoundingLog", "decode_log", "logs_root"]
+__all__ = ["RoundingLog", "decode_log", "log_digest", "rounding_reason"]
+
+
+def rounding_reason(e: Exception) -> str | None:
+    """The SPEC VI §5 code of a replay failure raised by the rounded backend, else None.
+
+    ``ROUNDING_*`` codes are the worker's; an operation the verifier's run does not cover is
+    the verifier's (``BACKEND_UNAVAILABLE``).
+    """
+    reason = getattr(e, "reason", None)
+    if isinstance(reason, str) and reason.startswith("ROUNDING_"):
+        return reason
+    if type(e).__name__ == "UnsupportedOp":
+        return "BACKEND_UNAVAILABLE"
+    return None

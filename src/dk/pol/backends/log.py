@@ -9,18 +9,17 @@ float32 rounding boundary. Its bytes are::
 
 Entries are strictly increasing in ``(site, element)``; the first entry of a site carries its
 element index, later ones the (positive) difference to the previous element. Varints are
-minimal unsigned LEB128. Logs are committed per interval by a Merkle root over
-``tagged_hash("dk/v1/rounding/log", blob)``.
+minimal unsigned LEB128. Each interval's log is committed by its digest
+``tagged_hash("dk/v1/rounding/log", blob)`` in the interval's ``ext.rounding_log`` (SPEC VI §4),
+which enters the interval's transcript leaf.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dk.crypto.hashing import tagged_hash
-from dk.crypto.merkle import leaf_hash, merkle_root
 from dk.errors import FormatError
 
 # SPEC VI §2: the tags of Part VI (Part I's table lists Part I's only).
@@ -176,11 +175,6 @@ def decode_log(data: bytes) -> RoundingLog:
 def log_digest(blob: bytes) -> bytes:
     """The commitment to one interval's log blob (SPEC VI §4)."""
     return tagged_hash(TAG_LOG, blob)
-
-
-def logs_root(blobs: Sequence[bytes]) -> bytes:
-    """Merkle root over the per-interval log digests, interval 0 first (SPEC VI §4)."""
-    return merkle_root([leaf_hash(log_digest(b)) for b in blobs])
 
 
 def check_binding(log: RoundingLog, *, job_id: bytes, interval: int, tau_log2: int) -> None:

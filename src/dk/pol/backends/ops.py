@@ -58,6 +58,11 @@ COVERED_OPS = frozenset(
     """.split()
 )
 
+# Random fills that are a serial loop over a generator on the CPU (values depend on the
+# generator's state only, never on the thread count): dk's Dropout masks. CPU only.
+RANDOM_OPS = frozenset("rand uniform".split())
+RANDOM = "random"
+
 # Arithmetic that is exact for alpha == 1 and a fused multiply-add otherwise.
 ALPHA_OPS = frozenset("add sub rsub _foreach_add _foreach_sub".split())
 # Fused elementwise arithmetic, split into float32 operations IEEE-754 rounds once (SPEC VI §1).
@@ -74,7 +79,7 @@ _cache: dict[Any, str] = {}
 
 
 def classify(func: Any, args: Any, kwargs: Any) -> str:
-    """``EXACT``, ``COVERED`` or ``UNKNOWN`` for one call of an ATen overload (SPEC VI §1)."""
+    """``EXACT``, ``COVERED``, ``SPLIT``, ``RANDOM`` or ``UNKNOWN`` for one call (SPEC VI §1)."""
     kind = _cache.get(func)
     if kind is None:
         kind = _static_kind(func)
@@ -97,6 +102,8 @@ def _static_kind(func: Any) -> str:
         return COVERED
     if base in SPLIT_OPS:
         return SPLIT
+    if base in RANDOM_OPS:
+        return RANDOM
     return UNKNOWN
 
 

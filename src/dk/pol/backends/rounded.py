@@ -131,6 +131,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         self._rec: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
         self._count = 0
         self.error: Exception | None = None
+        # (name, shape) of each site, when a recorder compares steps (recording.py)
+        self.signatures: list[tuple[str, tuple[int, ...]]] | None = None
         self._given: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if log is not None:
             self._given = _group(log.entries)
@@ -162,6 +164,11 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                 return self._covered(func, args, kwargs)
             if kind == op_tables.SPLIT:
                 return run_split(func, args, kwargs)
+            if kind == op_tables.RANDOM:  # CPU generators fill serially (SPEC VI §1)
+                out = func(*args, **kwargs)
+                if any(t.device.type != "cpu" for t in tree_flatten(out)[0] if _is_float(t)):
+                    raise UnsupportedOp(f"rounded backend: {func} off the CPU (SPEC VI §1)")
+                return out
             # not in the tables: allowed only when no floating tensor goes in or comes out
             if any(_is_float(t) for t in tree_flatten((args, kwargs))[0]):
                 raise UnsupportedOp(op_tables.unsupported_message(func))
@@ -221,6 +228,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         nb = name.encode()
         dims = struct.pack(f"<B{v.dim()}Q", v.dim(), *v.shape)
         self.trace = tagged_hash(TAG_TRACE, self.trace, struct.pack("<I", len(nb)), nb, dims)
+        if self.signatures is not None:
+            self.signatures.append((name, tuple(v.shape)))
         vn = v.detach().contiguous().view(-1).cpu().numpy()  # no copy on CPU
         if self.replaying:
             rn = self._follow(site, vn)
