@@ -165,10 +165,11 @@ def _number(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"tcId": i + 1, **c} for i, c in enumerate(cases)]
 
 
-def generate(root: Path) -> None:
-    """Write ``root/rounding/log.json``, ``replay.json`` and the bundles of ``bundle/``."""
+def generate(root: Path, *, bundles: bool = True) -> None:
+    """Write ``root/rounding/log.json``, ``replay.json`` and (``bundles``) ``bundle/``."""
     from vectors.gen import rounding_bundle
 
     write_cases(root / "rounding" / "log.json", "rounding-log", _number(_log_cases()))
     write_cases(root / "rounding" / "replay.json", "rounding-replay", _number(_replay_cases()))
-    rounding_bundle.generate(root)
+    if bundles:
+        rounding_bundle.generate(root)

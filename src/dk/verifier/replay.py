@@ -247,7 +247,8 @@ def replay_interval(
         claimed = _load_end(b, spec, cks[index + 1], z) if spec.mode == "tolerant" else None
         log = None
         if spec.pol.get("backend") == "rounded":  # SPEC VI §5: the interval's rounding log
-            from dk.verifier.rounding import INTERVAL_KEY, load_log
+            from dk.pol.backends.ext import INTERVAL_KEY
+            from dk.verifier.rounding import load_log
 
             ext = (ivs[index].ext or {}).get(INTERVAL_KEY)
             if ext is None:

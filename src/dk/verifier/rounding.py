@@ -56,8 +56,7 @@ def check_rounding_claims(ctx: Any) -> None:
             ctx.fail(
                 "paths",
                 Reason.BAD_PATH,
-                f"interval {iv.index} names log {ext['blob']!r}; logs must be "
-                "logs/<digest>.dkrl",
+                f"interval {iv.index} names log {ext['blob']!r}; logs must be logs/<digest>.dkrl",
                 iv.index,
             )
     if not rounded:
@@ -65,6 +64,7 @@ def check_rounding_claims(ctx: Any) -> None:
     import torch  # the verifier replays on torch: its release decides the sites (SPEC VI §1)
 
     mine = torch_release(torch.__version__)
+    assert run_ext is not None
     if run_ext["torch"] != mine:
         ctx.fail(
             "rounding",

@@ -31,6 +31,9 @@ class RoundingRecorder:
     """Record one rounding log per interval of a Recorder's run (see module docs)."""
 
     def __init__(self, job: Any, run_dir: Path, *, self_check: bool = True) -> None:
+        from dk.pol.backends.rounded import clear_dead_modes
+
+        clear_dead_modes()  # a previous Recorder on this thread that died mid-interval
         self.job, self.run_dir, self.self_check = job, run_dir, self_check
         self.exts: dict[int, dict[str, Any]] = {}
         self.blobs: dict[int, bytes] = {}
@@ -61,13 +64,13 @@ class RoundingRecorder:
 
     def _enter(self) -> None:
         if self._mode is not None and not self._active:
-            self._mode.__enter__()
+            self._mode.__enter__()  # type: ignore[no-untyped-call]  # torch: untyped
             self._active = True
 
     def _exit(self) -> None:
         if self._mode is not None and self._active:
             self._active = False
-            self._mode.__exit__(None, None, None)
+            self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -76,9 +79,11 @@ class RoundingRecorder:
         self._exit()
         try:
             yield
-        finally:
-            if was and self._mode is not None:
-                self._enter()
+        except BaseException:
+            self.close()  # a refused loop leaves no mode behind on the thread's stack
+            raise
+        if was and self._mode is not None:
+            self._enter()
 
     def end_step(self, step: int) -> None:
         """After each optimizer step (paused): its sites must be the first step's."""

@@ -154,8 +154,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if self.error is not None:
-            raise self.error
+        if self.error is not None:  # dead after its first error (re-raised by finish): a
+            return func(*args, **kwargs)  # caller that left it on the stack still computes
         try:
             kind = op_tables.classify(func, args, kwargs)
             if kind == op_tables.EXACT:
@@ -348,6 +348,20 @@ def _written_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
         elif isinstance(val, list | tuple):
             out.extend(t for t in val if isinstance(t, torch.Tensor))
     return out
+
+
+def clear_dead_modes() -> int:
+    """Pop rounded modes that died on an error (and were left on this thread's dispatch stack
+    by a loop that never finished its Recorder) from the top of the stack; how many."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode
+
+    n = 0
+    while (stack := _get_current_dispatch_mode_stack()) and (
+        isinstance(stack[-1], RoundedMode) and stack[-1].error is not None
+    ):
+        _pop_mode()
+        n += 1
+    return n
 
 
 def run_rounded(fn: Callable[[], Any], *, mode: RoundedMode) -> tuple[Any, RoundingLog]:
