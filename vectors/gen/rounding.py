@@ -71,8 +71,11 @@ def _log_cases() -> list[dict[str, Any]]:
         ("non-minimal varint (0x80 0x00)", good[:h] + b"\x80\x00" + good[h + 1 :]),
         ("varint of 11 bytes", good[:h] + b"\xff" * 10 + b"\x01" + good[h + 1 :]),
         ("repeated element (delta 0 within a site)", good[:h + 2] + b"\x00\x00" + good[h + 4 :]),
-        ("element 2^48", _log(entries=[]).encode()[:88] + struct.pack("<Q", 1) + b"\x00"
+        ("element 2^48", _log(entries=[]).encode()[:88] + struct.pack("<Q", 1) + b"\x00\x00"
          + bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x04])),
+        ("two groups of one site (site delta 0 after the first group)",
+         good[:88] + struct.pack("<Q", 3) + bytes([0, 0, 0, 0, 0, 2])),
+        ("group larger than the entries left", good[:h + 1] + b"\x05" + good[h + 2 :]),
     ]  # fmt: skip
     for comment, blob in bad:
         cases.append({"comment": comment, "result": "invalid", "blob": blob.hex(),
