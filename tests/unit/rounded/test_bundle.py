@@ -147,3 +147,14 @@ def test_an_uncovered_operation_is_named_at_record_time(tmp_path: Path) -> None:
 def test_rounded_jobs_are_fp32() -> None:
     with pytest.raises(FormatError, match="fp32"):
         _job(train={"precision": "bf16"})
+
+
+def test_replay_failures_map_to_spec_vi_codes() -> None:
+    from dk.pol.backends import rounding_reason
+    from dk.pol.backends.rounded import RoundingLogError, UnsupportedOp
+
+    assert rounding_reason(UnsupportedOp("x")) == "BACKEND_UNAVAILABLE"  # the verifier's side
+    assert rounding_reason(RoundingLogError("x", reason="ROUNDING_LOG_INVALID")) == (
+        "ROUNDING_LOG_INVALID"
+    )
+    assert rounding_reason(FormatError("x", reason="SHAPE_MISMATCH")) is None

@@ -1,8 +1,11 @@
 """How a training step is computed: the rounding-log backend (SPEC VI).
 
 ``dk.pol.backends.log`` holds the log's byte format and needs no torch;
-``dk.pol.backends.rounded`` holds the dispatch mode (imports torch).
+``dk.pol.backends.rounded`` holds the dispatch mode (imports torch); ``recording`` the
+Recorder's side (one log per interval); ``ext`` the manifest extensions (SPEC VI §4).
 """
+
+import sys
 
 from dk.pol.backends.log import RoundingLog as RoundingLog
 from dk.pol.backends.log import decode_log as decode_log
@@ -20,6 +23,7 @@ def rounding_reason(e: Exception) -> str | None:
     reason = getattr(e, "reason", None)
     if isinstance(reason, str) and reason.startswith("ROUNDING_"):
         return reason
-    if type(e).__name__ == "UnsupportedOp":
+    rounded = sys.modules.get("dk.pol.backends.rounded")  # loaded if a replay ran (torch)
+    if rounded is not None and isinstance(e, rounded.UnsupportedOp):
         return "BACKEND_UNAVAILABLE"
     return None
