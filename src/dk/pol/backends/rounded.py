@@ -164,6 +164,11 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                 return self._covered(func, args, kwargs)
             if kind == op_tables.SPLIT:
                 return run_split(func, args, kwargs)
+            if kind == op_tables.DECOMPOSED:  # its parts come back through this mode
+                from torch._decomp import decomposition_table
+
+                with self:
+                    return decomposition_table[func](*args, **kwargs)
             if kind == op_tables.RANDOM:  # CPU generators fill serially (SPEC VI §1)
                 out = func(*args, **kwargs)
                 if any(t.device.type != "cpu" for t in tree_flatten(out)[0] if _is_float(t)):
