@@ -3,7 +3,7 @@
 Deterministic (fixed values, no clock); ``python -m vectors.gen rounding``. Checked by
 :mod:`dk.vectors.rounding`.
 
-* ``log.json``: logs with their canonical bytes and digests, a ``rounding_log_root``; malformed
+* ``log.json``: logs with their canonical bytes and digests; malformed
   blobs (``ROUNDING_LOG_MALFORMED``) and logs bound to another interval or τ
   (``ROUNDING_LOG_MISMATCH``).
 * ``replay.json``: one float64 site (an ``mm.default`` output of 16 values placed at chosen
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dk.pol.backends.log import RoundingLog, log_digest, logs_root
+from dk.pol.backends.log import RoundingLog, log_digest
 from dk.vectors import write_cases
 
 JOB = bytes(range(32))
@@ -52,10 +52,6 @@ def _log_cases() -> list[dict[str, Any]]:
         blob = log.encode()
         cases.append({"comment": comment, "result": "valid", "log": _as_dict(log),
                       "blob": blob.hex(), "digest": log_digest(blob).hex()})  # fmt: skip
-    blobs = [log.encode() for _, log in valid]
-    cases.append({"comment": "rounding_log_root over the five logs above, in order",
-                  "result": "valid", "blobs": [b.hex() for b in blobs],
-                  "root": logs_root(blobs).hex()})  # fmt: skip
     good = _log(entries=[(0, 0, 0), (0, 1, 1), (3, 7, 1)]).encode()
     h = 96
     bad = [
@@ -75,8 +71,11 @@ def _log_cases() -> list[dict[str, Any]]:
         ("non-minimal varint (0x80 0x00)", good[:h] + b"\x80\x00" + good[h + 1 :]),
         ("varint of 11 bytes", good[:h] + b"\xff" * 10 + b"\x01" + good[h + 1 :]),
         ("repeated element (delta 0 within a site)", good[:h + 2] + b"\x00\x00" + good[h + 4 :]),
-        ("element 2^48", _log(entries=[]).encode()[:88] + struct.pack("<Q", 1) + b"\x00"
+        ("element 2^48", _log(entries=[]).encode()[:88] + struct.pack("<Q", 1) + b"\x00\x00"
          + bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x04])),
+        ("two groups of one site (site delta 0 after the first group)",
+         good[:88] + struct.pack("<Q", 3) + bytes([0, 0, 0, 0, 0, 2])),
+        ("group larger than the entries left", good[:h + 1] + b"\x05" + good[h + 2 :]),
     ]  # fmt: skip
     for comment, blob in bad:
         cases.append({"comment": comment, "result": "invalid", "blob": blob.hex(),
@@ -169,7 +168,11 @@ def _number(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"tcId": i + 1, **c} for i, c in enumerate(cases)]
 
 
-def generate(root: Path) -> None:
-    """Write ``root/rounding/log.json`` and ``root/rounding/replay.json``."""
+def generate(root: Path, *, bundles: bool = True) -> None:
+    """Write ``root/rounding/log.json``, ``replay.json`` and (``bundles``) ``bundle/``."""
+    from vectors.gen import rounding_bundle
+
     write_cases(root / "rounding" / "log.json", "rounding-log", _number(_log_cases()))
     write_cases(root / "rounding" / "replay.json", "rounding-replay", _number(_replay_cases()))
+    if bundles:
+        rounding_bundle.generate(root)

@@ -113,8 +113,9 @@ def _recorded_optimizer_type() -> type:
             if rec._model is not None:
                 rec._clip_gradients()
             out = self._inner.step(closure)
-            rec._check_finite()
-            rec._on_step()
+            with rec._paused():  # the Recorder's own work is not part of the step's log
+                rec._check_finite()
+                rec._on_step()
             return out
 
         def zero_grad(self, set_to_none: bool = True) -> None:
@@ -183,12 +184,12 @@ class Recorder:
         resume: bool = False,
     ) -> None:
         self.job = as_job(job)
-        if self.job.pol.get("backend") == "rounded":  # SPEC VI: not wired into the Recorder yet
-            raise JobMismatch(
-                "pol.backend = 'rounded': train with dk.pol.backends.session.record_run "
-                "(the Recorder does not write rounding logs yet)"
-            )
         self.run_dir = Path(run_dir)
+        self.rounding: Any = None  # pol.backend = "rounded": one rounding log per interval
+        if self.job.pol.get("backend") == "rounded":
+            from dk.pol.backends.recording import RoundingRecorder
+
+            self.rounding = RoundingRecorder(self.job, self.run_dir)
         self.dataset = dataset if dataset is not None else load_dataset(self.job)
         check_data(self.job, self.dataset)
         check_dims(self.job, self.dataset)
@@ -233,7 +234,8 @@ class Recorder:
         if engine is None:
             from dk.pol.torch_adapter import deterministic
 
-            self._det = deterministic(1 if self.job.mode in ("exact", "zk") else None)
+            pin = self.job.mode in ("exact", "zk") and self.rounding is None  # SPEC VI: any count
+            self._det = deterministic(1 if pin else None)
         self.info = RunInfo(
             job_id=self.job.job_id.hex(),
             data_root=self.dataset.root().hex(),
@@ -248,6 +250,11 @@ class Recorder:
             from dk.pol.resume import has_partial_run, read_partial_run
 
             if has_partial_run(self.run_dir):
+                if self.rounding is not None:
+                    raise JobMismatch(
+                        f"{self.run_dir} holds an interrupted run of a rounded job: resuming "
+                        "one is not supported yet (SPEC VI); train into a new directory"
+                    )
                 self._partial = read_partial_run(
                     self.run_dir, self.job, self.sampler.steps_per_epoch
                 )
@@ -574,6 +581,13 @@ class Recorder:
         self._det.__enter__()
         if self._partial is None:
             self._snap(0, 0)
+        if self.rounding is not None:
+            self.info.ext = {**(self.info.ext or {}), "rounding": self.rounding.run_ext()}
+            self.rounding.begin(0)
+
+    def _paused(self) -> Any:
+        """Outside the rounding log (SPEC VI): the Recorder's own tensor work."""
+        return self.rounding.paused() if self.rounding is not None else contextlib.nullcontext()
 
     def _restore_partial(self) -> None:
         """Load the partial run's last checkpoint into the engine or the user's objects."""
@@ -622,6 +636,8 @@ class Recorder:
             ck = snapshot(
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )
+        if self.rounding is not None:
+            self.rounding.snapped(index, step, ck, self.dataset)
         assert self._writer is not None
         self._writer.put(index, step, ck, ext)
 
@@ -703,9 +719,15 @@ class Recorder:
             if now >= self._progress_at or self.step == self._steps:
                 self._progress_at = now + PROGRESS_PERIOD_S
                 self.progress(self.step)
+        if self.rounding is not None:
+            self.rounding.end_step(self.step - 1)
         if self._next < len(self._ckpt_steps) and self.step == self._ckpt_steps[self._next]:
+            if self.rounding is not None:
+                self.rounding.end(self._next - 1)
             self._snap(self._next, self.step)
             self._next += 1
+            if self.rounding is not None and self._next < len(self._ckpt_steps):
+                self.rounding.begin(self._next - 1)
 
     def finish(self) -> RunInfo:
         """Wait for pending commits, check the run is complete, write ``run.json``."""
@@ -718,12 +740,19 @@ class Recorder:
         try:
             written = self._writer.close()
         finally:
+            if self.rounding is not None:
+                self.rounding.close()
             self._det.__exit__(None, None, None)
         if self.step != self.job.steps:
             raise JobMismatch(f"training stopped at step {self.step} of {self.job.steps}")
         # One durability point for the whole run (not one fsync per checkpoint): every blob
         # and the log reach the disk before run.json (itself written atomically) says complete.
-        sync_files(written)
+        logs: list[Path] = []
+        if self.rounding is not None:  # SPEC VI §4: each interval commits its log by digest
+            logs = self.rounding.written
+            for iv in self.info.intervals:
+                iv.ext = {**(iv.ext or {}), "rounding_log": self.rounding.exts[iv.index]}
+        sync_files([*written, *logs])
         self.info.complete = True
         write_run(self.run_dir, self.info)
         return self.info
@@ -735,5 +764,7 @@ class Recorder:
         if exc_type is None:
             self.finish()
         elif self._writer is not None:
+            if self.rounding is not None:
+                self.rounding.close()
             self._writer.abort()
             self._det.__exit__(None, None, None)

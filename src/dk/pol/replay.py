@@ -6,6 +6,7 @@ loss, data, sampler), never from the bundle; the bundle only supplies the start 
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from dk.crypto.numeric import fold_sum_inplace
+from dk.errors import FormatError
 from dk.pol.checkpoint import Tensors, model_tensors
 from dk.pol.data import Dataset
 from dk.pol.job import JobSpec
@@ -36,13 +38,7 @@ class Replayer:
     ) -> None:
         from dk.pol.kernel_adapter import KernelSession, uses_kernels
 
-        if job.pol.get("backend") == "rounded":  # SPEC VI: replay needs the interval's log
-            from dk.errors import BackendUnavailable
-
-            raise BackendUnavailable(
-                "pol.backend = 'rounded': replay with dk.pol.backends.session.run_interval "
-                "and the interval's rounding log (not wired into bundles yet)"
-            )
+        self.rounded = job.pol.get("backend") == "rounded"  # SPEC VI: follow the interval's log
         self.job, self.dataset, self.threads = job, dataset, threads
         #: The step losses ``ℓ_t`` of the last :meth:`run` (SPEC §11.7), in step order.
         self.step_losses: list[float] = []
@@ -64,8 +60,20 @@ class Replayer:
         self.optimizer = make_optimizer(job, self.model.parameters())
         self.loss_fn = make_loss(job, getattr(dataset, "output_dim", None))
 
-    def run(self, start: Mapping[str, np.ndarray], start_step: int, end_step: int) -> Tensors:
-        """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint."""
+    def run(
+        self,
+        start: Mapping[str, np.ndarray],
+        start_step: int,
+        end_step: int,
+        *,
+        rounding_log: bytes | None = None,
+    ) -> Tensors:
+        """Replay steps ``start_step .. end_step - 1`` from ``start``; the end checkpoint.
+
+        ``rounding_log``: the interval's log blob, required by (and only for) a
+        ``pol.backend = "rounded"`` job (SPEC VI); its binding to the job and interval is the
+        caller's check. A log that does not fit this replay raises ``RoundingLogError``.
+        """
         self.step_losses = []
         if self.job.world_size > 1 and self.kernels is not None:  # W ranks in rank order
             from dk.pol.parallel import ParallelKernelSession, replay_parallel
@@ -82,41 +90,56 @@ class Replayer:
                 loss = self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
                 self.step_losses.append(loss)
             return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
-        from dk.pol.torch_adapter import (
-            compress_hook,
-            deterministic,
-            job_batch,
-            make_codec,
-            restore,
-            snapshot,
-            train_step,
-        )
+        from dk.pol.torch_adapter import compress_hook, deterministic, make_codec, restore, snapshot
 
         codec = make_codec(self.job)  # fresh state machine; its state comes from ``start``
         hook = compress_hook(codec)
+        mode = _rounding_mode(self.rounded, rounding_log)
         with deterministic(self.threads):
             restore(start, self.model, self.optimizer, self.job, codec)
             self.model.train()
             dp = self.job.train.get("dp")
-            for t in range(start_step, end_step):
-                x, y = job_batch(self.job, self.dataset, self.sampler, t)
-                if dp is not None:  # DP-SGD with the step's committed noise (SPEC VII §4)
-                    hook = _dp_hook(self.loss_fn, x, y, dp, self.job.seed, t)
-                loss = train_step(
-                    self.model,
-                    self.optimizer,
-                    self.loss_fn,
-                    x,
-                    y,
-                    hook,
-                    job=self.job,
-                    step=t,
-                    device=self.device,
-                )
-                self.step_losses.append(loss)
+            with mode if mode is not None else contextlib.nullcontext():
+                self._steps(start_step, end_step, dp, hook)
+            if mode is not None:
+                mode.finish()  # SPEC VI §2 step 4: site count and trace
             return snapshot(
                 self.model, self.optimizer, self.job, end_step, self.sampler.steps_per_epoch, codec
             )
+
+    def _steps(self, start_step: int, end_step: int, dp: Any, hook: Any) -> None:
+        from dk.pol.torch_adapter import job_batch, train_step
+
+        for t in range(start_step, end_step):
+            x, y = job_batch(self.job, self.dataset, self.sampler, t)
+            if dp is not None:  # DP-SGD with the step's committed noise (SPEC VII §4)
+                hook = _dp_hook(self.loss_fn, x, y, dp, self.job.seed, t)
+            loss = train_step(
+                self.model,
+                self.optimizer,
+                self.loss_fn,
+                x,
+                y,
+                hook,
+                job=self.job,
+                step=t,
+                device=self.device,
+            )
+            self.step_losses.append(loss)
+
+
+def _rounding_mode(rounded: bool, blob: bytes | None) -> Any:
+    """The replay mode following ``blob`` (SPEC VI), or None for other backends."""
+    if not rounded and blob is None:
+        return None
+    from dk.errors import FormatError
+
+    if not rounded or blob is None:
+        raise FormatError("a rounding log is given exactly for pol.backend = 'rounded' replays")
+    from dk.pol.backends.log import decode_log
+    from dk.pol.backends.rounded import RoundedMode
+
+    return RoundedMode.replay(decode_log(blob))
 
 
 def _dp_hook(loss_fn: Any, x: Any, y: Any, dp: dict[str, Any], seed: int, t: int) -> Any:
@@ -187,14 +210,28 @@ def replay_matches(
     claimed_root: bytes,
     start_step: int,
     end_step: int,
+    rounding_log: bytes | None = None,
 ) -> tuple[bool, dict[str, Any]]:
-    """Replay an interval and judge it by the job's mode; returns (ok, figures)."""
+    """Replay an interval and judge it by the job's mode; returns (ok, figures).
+
+    A rounded job's replay that fails on its log (SPEC VI §5) is not ok, with the code in
+    ``figures["reason"]`` (``BACKEND_UNAVAILABLE`` for an uncovered operation: the verifier's
+    own shortfall).
+    """
     from dk.crypto.hashing import digests_equal
     from dk.pol.checkpoint import checkpoint_root
     from dk.pol.loss import interval_loss, loss_required
 
     exact = replayer.job.mode in ("exact", "zk")
-    end = replayer.run(start, start_step, end_step)
+    try:
+        end = replayer.run(start, start_step, end_step, rounding_log=rounding_log)
+    except FormatError as e:  # SPEC VI §5: the log does not fit, or an op is not covered
+        from dk.pol.backends import rounding_reason
+
+        code = rounding_reason(e)
+        if code is None:
+            raise
+        return False, {"reason": code, "message": str(e)}
     fig: dict[str, Any] = {}
     if loss_required(replayer.job):  # SPEC §11.7: the caller compares it with the claimed loss
         fig["loss"] = interval_loss(replayer.step_losses)
@@ -210,5 +247,7 @@ def replay_matches(
 
 
 def make_replayer(job: JobSpec, dataset: Dataset) -> Replayer:
-    """A replayer with the thread policy of the job's mode (1 thread for exact/zk)."""
-    return Replayer(job, dataset, threads=1 if job.mode in ("exact", "zk") else None)
+    """A replayer with the thread policy of the job's mode (1 thread for exact/zk; any number
+    for the rounded backend, whose results do not depend on it, SPEC VI)."""
+    pin = job.mode in ("exact", "zk") and job.pol.get("backend") != "rounded"
+    return Replayer(job, dataset, threads=1 if pin else None)

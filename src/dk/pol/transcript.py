@@ -370,3 +370,10 @@ def parse_manifest(data: bytes) -> Manifest:
         raise _bad(msg)
     del k_, steps
     return Manifest(m)
+
+
+# SPEC VI §4: the rounding backend's extensions (its validators need no torch).
+from dk.pol.backends import ext as _rounding_ext  # noqa: E402  (after the registries exist)
+
+RUN_EXTENSIONS[_rounding_ext.RUN_KEY] = _rounding_ext.check_run_ext
+INTERVAL_EXTENSIONS[_rounding_ext.INTERVAL_KEY] = _rounding_ext.check_log_ext

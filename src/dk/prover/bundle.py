@@ -5,6 +5,7 @@ Bundle layout::
     BUNDLE/manifest.json                       canonical JSON (SPEC §11.2)
     BUNDLE/signature.hex                       Ed25519 signature, 128 hex characters
     BUNDLE/blobs/<checkpoint root>.safetensors content-addressed checkpoints
+    BUNDLE/logs/<log digest>.dkrl             rounding logs (pol.backend = "rounded", SPEC VI)
     BUNDLE/proofs/…                            optional zk proofs (SPEC §13)
 """
 
@@ -129,6 +130,14 @@ def prove_run(
         if not src.is_file():
             raise FormatError(f"run is missing blob {ck['blob']}")
         _link_or_copy(src, out / ck["blob"])
+    for iv in m["intervals"]:  # SPEC VI §4: a rounded run's per-interval logs
+        log = iv.get("ext", {}).get("rounding_log")
+        if log is not None:
+            src = run_dir / log["blob"]
+            if not src.is_file():
+                raise FormatError(f"run is missing rounding log {log['blob']}")
+            (out / "logs").mkdir(exist_ok=True)
+            _link_or_copy(src, out / log["blob"])
     write_bundle(out, m, sign_manifest(m, key))
     return out
 

@@ -53,11 +53,14 @@ def _apply_recipes(bundle: Path, case: dict[str, Any]) -> None:
         os.symlink(link["target"], path)
 
 
-def verify_case(root: Path, case: dict[str, Any]) -> Any:
-    """The :class:`~dk.verifier.Report` of one bundle case (recipes applied to a copy)."""
+def verify_case(root: Path, case: dict[str, Any], *, base: Path | None = None) -> Any:
+    """The :class:`~dk.verifier.Report` of one bundle case (recipes applied to a copy).
+
+    ``base``: the directory of the case's bundles and jobs (default ``root/bundle``).
+    """
     from dk.verifier import verify_bundle
 
-    base = root / "bundle"
+    base = base if base is not None else root / "bundle"
     extra = dict(case.get("verify", {}))
     if not set(extra) <= _VERIFY_ARGS:
         raise ValueError(f"unsupported verify arguments {sorted(set(extra) - _VERIFY_ARGS)}")
@@ -78,13 +81,13 @@ def verify_case(root: Path, case: dict[str, Any]) -> Any:
         )
 
 
-def run_case(root: Path, case: dict[str, Any]) -> str:
+def run_case(root: Path, case: dict[str, Any], *, base: Path | None = None) -> str:
     """Verify one bundle case; returns ``''`` when the outcome is the expected one.
 
     Checks the result, the first reason code, the verdict (SPEC §14.1) and, where the case
     gives one, the report digest (SPEC §14.2).
     """
-    report = verify_case(root, case)
+    report = verify_case(root, case, base=base)
     want_ok = case["result"] == "valid"
     if report.ok != want_ok:
         return f"verdict {report.verdict}, codes {report.codes}"

@@ -1,10 +1,11 @@
 """Check ``vectors/rounding/``: rounding-log bytes, commitment and one-site replays (SPEC VI).
 
-``log.json``: valid cases must encode to ``blob`` and decode back, with ``digest``; the root
-case must give ``root``; invalid blobs must be refused with their reason
+``log.json``: valid cases must encode to ``blob`` and decode back, with ``digest``; invalid
+blobs must be refused with their reason
 (``ROUNDING_LOG_MALFORMED`` by the decoder, ``ROUNDING_LOG_MISMATCH`` by the binding check).
 ``replay.json``: following ``log`` on the site ``values`` must give ``rounded`` (valid) or fail
-with ``expected_reason``.
+with ``expected_reason``. ``bundle/cases.json``: rounded-backend bundles (honest and forged)
+verified as ``vectors/bundle`` cases are, with their verdict, first reason and report digest.
 """
 
 from __future__ import annotations
@@ -26,11 +27,8 @@ def _bytes(h: str) -> bytes:
 
 
 def _check_log(case: dict[str, Any]) -> str:
-    from dk.pol.backends.log import RoundingLog, check_binding, decode_log, log_digest, logs_root
+    from dk.pol.backends.log import RoundingLog, check_binding, decode_log, log_digest
 
-    if "root" in case:
-        root = logs_root([_bytes(b) for b in case["blobs"]])
-        return "" if root.hex() == case["root"] else f"root {root.hex()} differs"
     blob = _bytes(case["blob"])
     if case["result"] == "valid":
         d = case["log"]
@@ -83,4 +81,30 @@ def check(root: Path) -> list[CaseResult]:
     Returns:
         One :class:`CaseResult` per case.
     """
-    return run_cases(root, AREA, {"log.json": _check_log, "replay.json": _check_replay})
+    results = run_cases(root, AREA, {"log.json": _check_log, "replay.json": _check_replay})
+    return results + check_bundles(root)
+
+
+def check_bundles(root: Path) -> list[CaseResult]:
+    """Verify every case of ``root/rounding/bundle/cases.json`` (SPEC VI §5), one thread."""
+    import torch
+
+    from dk.vectors import load_cases
+    from dk.vectors.bundle import run_case
+
+    base = root / AREA / "bundle"
+    if not (base / "cases.json").is_file():
+        return []
+    results: list[CaseResult] = []
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for c in load_cases(base / "cases.json")["cases"]:
+            try:
+                msg = run_case(root, c, base=base)
+            except Exception as e:  # a broken case is a failed case, never a crash
+                msg = f"{type(e).__name__}: {e}"
+            results.append(CaseResult(AREA, "bundle/cases.json", int(c["tcId"]), not msg, msg))
+    finally:
+        torch.set_num_threads(old)
+    return results

@@ -43,6 +43,7 @@ def _replay_remote(
     start_step: int,
     end_step: int,
     kill_once: str | None,
+    log: bytes | None = None,
 ) -> tuple[bool, dict[str, Any], float, int]:
     """Ray task body: replay one interval (Ray resolves the object references for us)."""
     if kill_once and not os.path.exists(kill_once):  # test seam: die once, mid-replay
@@ -53,7 +54,7 @@ def _replay_remote(
 
     t0 = time.process_time()
     replayer = make_replayer(JobSpec(spec, Path(base_dir)), dataset)
-    ok, fig = replay_matches(replayer, start, claimed, claimed_root, start_step, end_step)
+    ok, fig = replay_matches(replayer, start, claimed, claimed_root, start_step, end_step, log)
     return ok, fig, time.process_time() - t0, os.getpid()
 
 
@@ -108,7 +109,7 @@ class RayExecutor:
         self,
         job: JobSpec,
         dataset: Any,
-        tasks: list[tuple[int, Tensors, Tensors | None, bytes, int, int]],
+        tasks: list[tuple[int, Tensors, Tensors | None, bytes, int, int, bytes | None]],
         held_roots: dict[int, str],
     ) -> tuple[Results, float, int]:
         """Run the replays; returns ``({interval: (ok, figures)}, worker CPU s, processes)``.
@@ -116,7 +117,8 @@ class RayExecutor:
         Args:
             job: the job.
             dataset: the verifier's own copy of the data.
-            tasks: ``(interval, start, claimed, claimed_root, start_step, end_step)``.
+            tasks: ``(interval, start, claimed, claimed_root, start_step, end_step, log)``
+                (``log``: the rounding log of a ``pol.backend = "rounded"`` job, else None).
             held_roots: ``{checkpoint index: root hex}`` of the tensors in ``tasks``, so each
                 checkpoint goes into the object store once, by content.
 
@@ -149,8 +151,9 @@ class RayExecutor:
                 s,
                 e,
                 self._kill_once,
+                log,
             )
-            for i, start, claimed, claimed_root, s, e in tasks
+            for i, start, claimed, claimed_root, s, e, log in tasks
         }
         results: Results = {}
         cpu, pids = 0.0, set()

@@ -43,22 +43,28 @@ def _init_worker(spec: dict[str, Any], base_dir: str, dataset: Dataset) -> None:
 
 
 def _replay_task(
-    start: Tensors, claimed: Tensors | None, claimed_root: bytes, start_step: int, end_step: int
+    start: Tensors,
+    claimed: Tensors | None,
+    claimed_root: bytes,
+    start_step: int,
+    end_step: int,
+    log: bytes | None = None,
 ) -> tuple[bool, dict[str, Any], float, int]:
     """Worker-process entry: replay one interval from tensors the parent already verified."""
     from dk.pol.replay import replay_matches
 
     t0 = time.process_time()
-    ok, fig = replay_matches(_replayer, start, claimed, claimed_root, start_step, end_step)
+    ok, fig = replay_matches(_replayer, start, claimed, claimed_root, start_step, end_step, log)
     return ok, fig, time.process_time() - t0, os.getpid()
 
 
 def _task(
-    i: int, held: dict[int, Tensors], cks: Any, ivs: Any
-) -> tuple[Tensors, Tensors | None, bytes, int, int]:
+    i: int, held: dict[int, Tensors], cks: Any, ivs: Any, logs: dict[int, bytes] | None = None
+) -> tuple[Tensors, Tensors | None, bytes, int, int, bytes | None]:
     """Interval ``i``'s replay inputs: verified start (and end) tensors, committed end root,
-    step range."""
-    return held[i], held.get(i + 1), cks[i + 1].root, ivs[i].start_step, ivs[i].end_step
+    step range, and (rounded backend, SPEC VI) its checked rounding log."""
+    log = (logs or {}).get(i)
+    return held[i], held.get(i + 1), cks[i + 1].root, ivs[i].start_step, ivs[i].end_step, log
 
 
 class _HideScipy:
@@ -105,6 +111,7 @@ def _replay_parallel(
     chal: list[int],
     held: dict[int, Tensors],
     workers: int,
+    logs: dict[int, bytes] | None = None,
 ) -> tuple[dict[int, tuple[bool, dict[str, Any]]], float, int]:
     """Replay the challenged intervals over ``workers`` spawned processes."""
     import multiprocessing as mp
@@ -120,7 +127,7 @@ def _replay_parallel(
         initializer=_init_worker,
         initargs=(job.spec, str(job.base_dir), ds),
     ) as pool:
-        futs = {i: pool.submit(_replay_task, *_task(i, held, cks, ivs)) for i in chal}
+        futs = {i: pool.submit(_replay_task, *_task(i, held, cks, ivs, logs)) for i in chal}
         for i, fut in futs.items():
             ok, fig, t, pid = fut.result()
             results[i] = (ok, fig)
@@ -138,6 +145,8 @@ def replay_challenged(
     held: dict[int, Tensors],
     workers: int,
     executor: Any = None,
+    *,
+    logs: dict[int, bytes] | None = None,
 ) -> dict[int, tuple[bool, dict[str, Any]]]:
     """Replay every challenged interval (SPEC §12.3) and record one finding per mismatch;
     returns each interval's ``(ok, figures)`` (empty when the executor failed).
@@ -154,7 +163,7 @@ def replay_challenged(
     worker_cpu, procs = 0.0, 1
     results: dict[int, tuple[bool, dict[str, Any]]]
     if executor is not None:
-        tasks = [(i, *_task(i, held, cks, ivs)) for i in chal]
+        tasks = [(i, *_task(i, held, cks, ivs, logs)) for i in chal]
         roots = {j: cks[j].root.hex() for j in held}
         try:
             results, worker_cpu, procs = executor.replay(job, ds, tasks, roots)
@@ -163,11 +172,11 @@ def replay_challenged(
             return {}
         rep.figures["executor"] = executor.name
     elif workers > 1 and len(chal) > 1:
-        results, worker_cpu, procs = _replay_parallel(job, ds, man, chal, held, workers)
+        results, worker_cpu, procs = _replay_parallel(job, ds, man, chal, held, workers, logs)
     elif chal:
         with _kernels_without_scipy(job):
             replayer = make_replayer(job, ds)
-            results = {i: replay_matches(replayer, *_task(i, held, cks, ivs)) for i in chal}
+            results = {i: replay_matches(replayer, *_task(i, held, cks, ivs, logs)) for i in chal}
     else:
         results = {}
     rep.figures.update(
@@ -192,6 +201,9 @@ def replay_challenged(
                 if tolerant and "l2" in fig
                 else ""
             )
+            if "reason" in fig:  # SPEC VI §5: the rounding log did not fit the replay
+                rep.fail("replay", Reason(fig["reason"]), f"interval {i}: {fig['message']}", i)
+                continue
             rep.fail(
                 "replay",
                 Reason.REPLAY_MISMATCH,
@@ -289,6 +301,15 @@ def replay_interval(
             spec = spec.with_updates(pol={"tolerance": tolerance})
         start = _load_end(b, spec, cks[index], a)
         claimed = _load_end(b, spec, cks[index + 1], z) if spec.mode == "tolerant" else None
+        log = None
+        if spec.pol.get("backend") == "rounded":  # SPEC VI §5: the interval's rounding log
+            from dk.pol.backends.ext import INTERVAL_KEY
+            from dk.verifier.rounding import load_log
+
+            ext = (ivs[index].ext or {}).get(INTERVAL_KEY)
+            if ext is None:
+                return _result(Reason.TRANSCRIPT_MALFORMED, f"interval {index} has no log")
+            log = load_log(b, ext, spec.job_id, index)
     except FormatError as e:
         code = Reason.__members__.get(e.reason or "", Reason.MANIFEST_MALFORMED)
         return _result(Reason(code), str(e))
@@ -302,7 +323,9 @@ def replay_interval(
     if not digests_equal(ds.root(), man.data_root):
         return _result(Reason.DATA_UNAVAILABLE, "the verifier's data has another root")
     try:
-        ok, fig = replay_matches(make_replayer(spec, ds), start, claimed, cks[index + 1].root, a, z)
+        ok, fig = replay_matches(
+            make_replayer(spec, ds), start, claimed, cks[index + 1].root, a, z, log
+        )
     except (BackendUnavailable, ImportError) as e:
         return _result(Reason.BACKEND_UNAVAILABLE, str(e))
     except Exception as e:  # the verifier's own failure is never the worker's fault
@@ -320,6 +343,8 @@ def replay_interval(
             return ReplayResult(
                 REJECT, Reason.RANK_DIGEST_MISMATCH, f"interval {index}: rank digests", blame
             )
+    if not ok and "reason" in fig:  # SPEC VI §5: the rounding log does not fit this replay
+        return _result(Reason(fig["reason"]), fig["message"])
     if not ok:
         return ReplayResult(
             REJECT, Reason.REPLAY_MISMATCH, f"interval {index} does not replay", blame

@@ -49,6 +49,7 @@ from dk.verifier.challenge import derive_challenge, detection_probability, sampl
 from dk.verifier.files import read_bounded
 from dk.verifier.loss import check_loss_present
 from dk.verifier.report import Reason, Report
+from dk.verifier.rounding import check_rounding_claims, check_rounding_logs
 
 MAX_SIGNATURE_FILE = 256
 NORM_RTOL = 1e-9
@@ -98,6 +99,7 @@ class Context:
     chal: list[int] = field(default_factory=list)
     held: dict[int, Tensors] = field(default_factory=dict)
     zk_digests: dict[int, str] = field(default_factory=dict)
+    logs: dict[int, bytes] = field(default_factory=dict)  # SPEC VI: challenged intervals' logs
 
     def fail(self, check: str, code: Reason, message: str, interval: int | None = None) -> NoReturn:
         """Record a fatal finding and stop."""
@@ -512,6 +514,7 @@ def check_replay(ctx: Context) -> None:
         ctx.held,
         ctx.opts.workers,
         ctx.opts.executor,
+        logs=ctx.logs,
     )
     if ctx.job.world_size > 1 and results:  # SPEC §12.6: blame by rank
         from dk.verifier.blame import judge_ranks
@@ -530,11 +533,13 @@ CHECKS: tuple[Callable[[Context], None], ...] = (
     check_challenged_root,
     check_structure,
     check_paths,
+    check_rounding_claims,
     check_data,
     check_init,
     challenge,
     check_batches,
     check_blobs,
+    check_rounding_logs,
     check_replay,
 )
 

@@ -166,13 +166,28 @@ def test_fused_ops_are_split_into_single_roundings() -> None:
 
 
 def test_in_place_covered_op_writes_back() -> None:
+    t = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    want = t.double().exp().float()
+    with RoundedMode.record(job_id=JOB, interval=0) as mode:
+        out = t.exp_()
+    assert out is t and t.dtype == torch.float32 and torch.equal(t, want)
+    assert mode.sites == 1
+
+
+def test_batch_norm_runs_decomposed_with_running_stats_in_place() -> None:
     bn = torch.nn.BatchNorm1d(4)
-    x = torch.randn(16, 4)
-    with RoundedMode.record(job_id=JOB, interval=0):
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    mode = RoundedMode.record(job_id=JOB, interval=0)
+    mode.signatures = []
+    with mode:
         bn(x)
     assert bn.running_mean.dtype == torch.float32
-    want = (0.1 * x.double().mean(0)).float()
+    # SPEC VI §1: the mean is a covered site (rounded once), the update float32 arithmetic
+    want = x.double().mean(0).float() * 0.1
     assert torch.equal(bn.running_mean, want)
+    assert mode.sites and all(
+        shape != (16, 4) for _, shape in mode.signatures
+    )  # no per-element site
 
 
 def test_boundary_distance_subnormal_and_specials() -> None:

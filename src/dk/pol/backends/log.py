@@ -5,22 +5,24 @@ float32 rounding boundary. Its bytes are::
 
     "DKRL" || u8(version=1) || u8(precision=1) || u8(tau_log2) || u8(0)
       || job_id (32) || u64(interval) || u64(sites) || trace (32) || u64(count)
-      || count entries, each  varint(site_delta) || varint(2 * element_field + direction)
+      || groups, one per site with entries, each
+         varint(site_delta) || varint(n - 1) || n times varint(2 * element_field + direction)
 
-Entries are strictly increasing in ``(site, element)``; the first entry of a site carries its
-element index, later ones the (positive) difference to the previous element. Varints are
-minimal unsigned LEB128. Logs are committed per interval by a Merkle root over
-``tagged_hash("dk/v1/rounding/log", blob)``.
+Entries (``count`` in all) are strictly increasing in ``(site, element)``; ``site_delta`` is the
+group's site minus the previous group's (the first group: the site itself); the first entry of
+a group carries its element index, later ones the (positive) difference to the previous
+element. Varints are
+minimal unsigned LEB128. Each interval's log is committed by its digest
+``tagged_hash("dk/v1/rounding/log", blob)`` in the interval's ``ext.rounding_log`` (SPEC VI §4),
+which enters the interval's transcript leaf.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dk.crypto.hashing import tagged_hash
-from dk.crypto.merkle import leaf_hash, merkle_root
 from dk.errors import FormatError
 
 # SPEC VI §2: the tags of Part VI (Part I's table lists Part I's only).
@@ -82,15 +84,22 @@ class RoundingLog:
             + struct.pack("<Q", len(self.entries))
         )
         prev_site, prev_elem = -1, -1
+        groups: list[tuple[int, list[int]]] = []  # (site, fields) per run of one site
         for site, elem, direction in self.entries:
             if not (0 <= site < self.sites and 0 <= elem < MAX_ELEMENT and direction in (0, 1)):
                 raise FormatError(f"rounding log: bad entry {(site, elem, direction)}")
             if (site, elem) <= (prev_site, prev_elem):
                 raise FormatError("rounding log: entries not strictly increasing")
-            first = site != prev_site
-            out += _varint(site - max(prev_site, 0))
-            out += _varint(2 * (elem if first else elem - prev_elem) + direction)
+            if site != prev_site:
+                groups.append((site, [2 * elem + direction]))
+            else:
+                groups[-1][1].append(2 * (elem - prev_elem) + direction)
             prev_site, prev_elem = site, elem
+        prev_site = 0
+        for site, fields in groups:
+            out += _varint(site - prev_site) + _varint(len(fields) - 1)
+            out += b"".join(_varint(f) for f in fields)
+            prev_site = site
         if len(out) > MAX_LOG_BYTES:
             raise FormatError(f"rounding log: {len(out)} bytes > {MAX_LOG_BYTES}")
         return bytes(out)
@@ -152,22 +161,28 @@ def decode_log(data: bytes) -> RoundingLog:
     trace = data[56:88]
     (count,) = struct.unpack_from("<Q", data, 88)
     _check_header(job_id, interval, tau_log2, sites, trace)
-    if count > MAX_ENTRIES or count * 2 > len(data) - HEADER_SIZE:
+    if count > MAX_ENTRIES or count > len(data) - HEADER_SIZE:
         raise FormatError("rounding log: entry count exceeds limit or data", reason=LOG_MALFORMED)
     entries: list[tuple[int, int, int]] = []
-    pos, site, elem = HEADER_SIZE, 0, -1
-    for i in range(count):
+    pos, site = HEADER_SIZE, 0
+    while len(entries) < count:  # groups: varint(site_delta) varint(n - 1) n fields
         delta, pos = _read_varint(data, pos)
-        field_, pos = _read_varint(data, pos)
-        first = i == 0 or delta > 0
+        if delta == 0 and entries:
+            raise FormatError("rounding log: repeated site group", reason=LOG_MALFORMED)
+        n, pos = _read_varint(data, pos)
         site += delta
-        step, direction = field_ >> 1, field_ & 1
-        if not first and step == 0:
-            raise FormatError("rounding log: repeated element", reason=LOG_MALFORMED)
-        elem = step if first else elem + step
-        if site >= sites or elem >= MAX_ELEMENT:
-            raise FormatError("rounding log: site or element out of range", reason=LOG_MALFORMED)
-        entries.append((site, elem, direction))
+        if site >= sites or n >= count - len(entries):
+            raise FormatError("rounding log: site or group size out of range", reason=LOG_MALFORMED)
+        elem = -1
+        for j in range(n + 1):
+            field_, pos = _read_varint(data, pos)
+            step, direction = field_ >> 1, field_ & 1
+            if j > 0 and step == 0:
+                raise FormatError("rounding log: repeated element", reason=LOG_MALFORMED)
+            elem = step if j == 0 else elem + step
+            if elem >= MAX_ELEMENT:
+                raise FormatError("rounding log: element out of range", reason=LOG_MALFORMED)
+            entries.append((site, elem, direction))
     if pos != len(data):
         raise FormatError("rounding log: trailing bytes", reason=LOG_MALFORMED)
     return RoundingLog(bytes(job_id), interval, tau_log2, sites, bytes(trace), entries)
@@ -176,11 +191,6 @@ def decode_log(data: bytes) -> RoundingLog:
 def log_digest(blob: bytes) -> bytes:
     """The commitment to one interval's log blob (SPEC VI §4)."""
     return tagged_hash(TAG_LOG, blob)
-
-
-def logs_root(blobs: Sequence[bytes]) -> bytes:
-    """Merkle root over the per-interval log digests, interval 0 first (SPEC VI §4)."""
-    return merkle_root([leaf_hash(log_digest(b)) for b in blobs])
 
 
 def check_binding(log: RoundingLog, *, job_id: bytes, interval: int, tau_log2: int) -> None:

@@ -58,6 +58,23 @@ COVERED_OPS = frozenset(
     """.split()
 )
 
+# Normalisations run as torch's own decompositions (torch._decomp) under the mode: their
+# reductions become covered sites, their per-element arithmetic exact float32 operations, so the
+# normalised activations and their gradients are no rounding sites (half a ResNet's log).
+# Checked before COVERED_OPS, which keeps them for a release without a decomposition.
+DECOMPOSED_OPS = frozenset(
+    """
+    native_batch_norm _native_batch_norm_legit _native_batch_norm_legit_no_training
+    native_batch_norm_backward native_layer_norm native_layer_norm_backward
+    """.split()
+)
+DECOMPOSED = "decomposed"
+
+# Random fills that are a serial loop over a generator on the CPU (values depend on the
+# generator's state only, never on the thread count): dk's Dropout masks. CPU only.
+RANDOM_OPS = frozenset("rand uniform".split())
+RANDOM = "random"
+
 # Arithmetic that is exact for alpha == 1 and a fused multiply-add otherwise.
 ALPHA_OPS = frozenset("add sub rsub _foreach_add _foreach_sub".split())
 # Fused elementwise arithmetic, split into float32 operations IEEE-754 rounds once (SPEC VI §1).
@@ -74,7 +91,7 @@ _cache: dict[Any, str] = {}
 
 
 def classify(func: Any, args: Any, kwargs: Any) -> str:
-    """``EXACT``, ``COVERED`` or ``UNKNOWN`` for one call of an ATen overload (SPEC VI §1)."""
+    """``EXACT``, ``COVERED``, ``SPLIT``, ``RANDOM`` or ``UNKNOWN`` for one call (SPEC VI §1)."""
     kind = _cache.get(func)
     if kind is None:
         kind = _static_kind(func)
@@ -93,10 +110,17 @@ def _static_kind(func: Any) -> str:
         return "alpha"
     if base in EXACT_OPS or base in EXACT_FOREACH:
         return EXACT
+    if base in DECOMPOSED_OPS:
+        from torch._decomp import decomposition_table
+
+        if func in decomposition_table:
+            return DECOMPOSED
     if base in COVERED_OPS:
         return COVERED
     if base in SPLIT_OPS:
         return SPLIT
+    if base in RANDOM_OPS:
+        return RANDOM
     return UNKNOWN
 
 

@@ -131,6 +131,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         self._rec: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
         self._count = 0
         self.error: Exception | None = None
+        # (name, shape) of each site, when a recorder compares steps (recording.py)
+        self.signatures: list[tuple[str, tuple[int, ...]]] | None = None
         self._given: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         if log is not None:
             self._given = _group(log.entries)
@@ -152,8 +154,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if self.error is not None:
-            raise self.error
+        if self.error is not None:  # dead after its first error (re-raised by finish): a
+            return func(*args, **kwargs)  # caller that left it on the stack still computes
         try:
             kind = op_tables.classify(func, args, kwargs)
             if kind == op_tables.EXACT:
@@ -162,6 +164,16 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                 return self._covered(func, args, kwargs)
             if kind == op_tables.SPLIT:
                 return run_split(func, args, kwargs)
+            if kind == op_tables.DECOMPOSED:  # its parts come back through this mode
+                from torch._decomp import decomposition_table
+
+                with self:
+                    return decomposition_table[func](*args, **kwargs)
+            if kind == op_tables.RANDOM:  # CPU generators fill serially (SPEC VI §1)
+                out = func(*args, **kwargs)
+                if any(t.device.type != "cpu" for t in tree_flatten(out)[0] if _is_float(t)):
+                    raise UnsupportedOp(f"rounded backend: {func} off the CPU (SPEC VI §1)")
+                return out
             # not in the tables: allowed only when no floating tensor goes in or comes out
             if any(_is_float(t) for t in tree_flatten((args, kwargs))[0]):
                 raise UnsupportedOp(op_tables.unsupported_message(func))
@@ -221,6 +233,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         nb = name.encode()
         dims = struct.pack(f"<B{v.dim()}Q", v.dim(), *v.shape)
         self.trace = tagged_hash(TAG_TRACE, self.trace, struct.pack("<I", len(nb)), nb, dims)
+        if self.signatures is not None:
+            self.signatures.append((name, tuple(v.shape)))
         vn = v.detach().contiguous().view(-1).cpu().numpy()  # no copy on CPU
         if self.replaying:
             rn = self._follow(site, vn)
@@ -339,6 +353,20 @@ def _written_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
         elif isinstance(val, list | tuple):
             out.extend(t for t in val if isinstance(t, torch.Tensor))
     return out
+
+
+def clear_dead_modes() -> int:
+    """Pop rounded modes that died on an error (and were left on this thread's dispatch stack
+    by a loop that never finished its Recorder) from the top of the stack; how many."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack, _pop_mode
+
+    n = 0
+    while (stack := _get_current_dispatch_mode_stack()) and (
+        isinstance(stack[-1], RoundedMode) and stack[-1].error is not None
+    ):
+        _pop_mode()
+        n += 1
+    return n
 
 
 def run_rounded(fn: Callable[[], Any], *, mode: RoundedMode) -> tuple[Any, RoundingLog]:

@@ -1,0 +1,169 @@
+"""The Recorder's side of ``pol.backend = "rounded"``: one rounding log per interval (SPEC VI).
+
+:class:`RoundingRecorder` keeps a :class:`~dk.pol.backends.rounded.RoundedMode` active on the
+training thread from ``attach`` to ``finish``, one mode per interval. The Recorder pauses it
+for its own bookkeeping (finiteness check, snapshots), so the log holds exactly the training
+step's rounding sites, the ones a verifier's replay (:func:`dk.pol.replay.Replayer.run`)
+executes. At each checkpoint it encodes the interval's log, writes it to
+``RUN/logs/<digest>.dkrl`` and keeps the interval's ``ext.rounding_log`` (SPEC VI §4).
+
+Two record-time checks stop a loop whose log a verifier could not follow (SPEC VI §6):
+
+* every step's sequence of rounding sites must equal the first step's (a loop that computes,
+  say, a float metric every 100 steps adds sites the job's step does not have);
+* at the first checkpoint, interval 0 is replayed from checkpoint 0 under its own log with
+  the job's canonical step; a different root means the loop does not compute the job's step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from dk.errors import JobMismatch
+from dk.pol.backends.ext import log_ext, torch_release
+from dk.pol.backends.rounded import DEFAULT_TAU_LOG2, RoundedMode
+
+
+class RoundingRecorder:
+    """Record one rounding log per interval of a Recorder's run (see module docs)."""
+
+    def __init__(self, job: Any, run_dir: Path, *, self_check: bool = True) -> None:
+        from dk.pol.backends.rounded import clear_dead_modes
+
+        clear_dead_modes()  # a previous Recorder on this thread that died mid-interval
+        self.job, self.run_dir, self.self_check = job, run_dir, self_check
+        self.exts: dict[int, dict[str, Any]] = {}
+        self.blobs: dict[int, bytes] = {}
+        self.written: list[Path] = []
+        self._mode: RoundedMode | None = None
+        self._active = False
+        self._first_sig: tuple[Any, ...] | None = None
+        self._step_mark = 0
+        self._interval = 0
+        self._ck0: Any = None
+
+    @staticmethod
+    def run_ext() -> dict[str, Any]:
+        """The run's ``ext.rounding`` (SPEC VI §4): the torch release that made the sites."""
+        import torch
+
+        return {"torch": torch_release(torch.__version__)}
+
+    def begin(self, interval: int) -> None:
+        """Start recording interval ``interval`` (the mode becomes active)."""
+        self._interval = interval
+        self._mode = RoundedMode.record(
+            job_id=self.job.job_id, interval=interval, tau_log2=DEFAULT_TAU_LOG2
+        )
+        self._mode.signatures = []
+        self._step_mark = 0
+        self._enter()
+
+    def _enter(self) -> None:
+        if self._mode is not None and not self._active:
+            self._mode.__enter__()  # type: ignore[no-untyped-call]  # torch: untyped
+            self._active = True
+
+    def _exit(self) -> None:
+        if self._mode is not None and self._active:
+            self._active = False
+            self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The Recorder's own work, outside the log (resumes the current interval's mode)."""
+        was = self._active
+        self._exit()
+        try:
+            yield
+        except BaseException:
+            self.close()  # a refused loop leaves no mode behind on the thread's stack
+            raise
+        if was and self._mode is not None:
+            self._enter()
+
+    def end_step(self, step: int) -> None:
+        """After each optimizer step (paused): its sites must be the first step's."""
+        mode = self._mode
+        assert mode is not None and mode.signatures is not None
+        sig = tuple(mode.signatures[self._step_mark :])
+        self._step_mark = len(mode.signatures)
+        if self._first_sig is None:
+            self._first_sig = sig
+            return
+        if sig != self._first_sig:
+            diff = next(
+                (i for i, (a, b) in enumerate(zip(sig, self._first_sig, strict=False)) if a != b),
+                min(len(sig), len(self._first_sig)),
+            )
+            got = sig[diff][0] if diff < len(sig) else "(end of step)"
+            want = self._first_sig[diff][0] if diff < len(self._first_sig) else "(end of step)"
+            raise JobMismatch(
+                f"rounded backend: step {step} ran {len(sig)} rounding sites, step 0 ran "
+                f"{len(self._first_sig)} (site {diff}: {got}, expected {want}); every step must "
+                "compute exactly the job's step (SPEC VI §6). Compute metrics inside "
+                "`with rec.paused():` or from detached values outside the step"
+            )
+        if len(mode.signatures) > 4096:  # keep memory flat on long intervals
+            del mode.signatures[:]
+            self._step_mark = 0
+
+    def end(self, interval: int) -> bytes:
+        """Finish interval ``interval``'s log (paused): write its blob, keep its ext."""
+        assert self._mode is not None and interval == self._interval
+        self._exit()
+        log = self._mode.finish()
+        self._mode = None
+        blob = log.encode()
+        ext = log_ext(blob)
+        path = self.run_dir / ext["blob"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(blob)
+        self.written.append(path)
+        self.exts[interval] = ext
+        self.blobs[interval] = blob
+        return blob
+
+    def snapped(self, index: int, step: int, ck: Any, dataset: Any) -> None:
+        """A checkpoint was taken (paused): keep checkpoint 0; at 1, check interval 0."""
+        if index == 0:
+            self._ck0 = ck
+        elif index == 1:
+            start, self._ck0 = self._ck0, None
+            self.check_first_interval(dataset, start, ck, (0, step))
+
+    def check_first_interval(
+        self, dataset: Any, start: Any, end: Any, steps: tuple[int, int]
+    ) -> None:
+        """Replay interval 0 with the job's canonical step under its log; it must give ``end``.
+
+        Raises:
+            JobMismatch: the user's loop is not the job's step (a verifier would reject it).
+        """
+        if not self.self_check:
+            return
+        from dk.errors import FormatError
+        from dk.pol.checkpoint import checkpoint_root
+        from dk.pol.replay import Replayer
+
+        try:
+            got = Replayer(self.job, dataset).run(start, *steps, rounding_log=self.blobs[0])
+        except FormatError as e:
+            raise JobMismatch(
+                f"rounded backend: replaying interval 0 under its own log fails ({e}); the loop "
+                "does not compute the job's step (SPEC §12.4, VI §6)"
+            ) from None
+        if checkpoint_root(got) != checkpoint_root(end):
+            raise JobMismatch(
+                "rounded backend: interval 0 replayed with the job's step does not reach the "
+                "recorded checkpoint 1; the loop does not compute the job's step "
+                "(SPEC §12.4: loss, accumulation, clipping, optimizer)"
+            )
+
+    def close(self) -> None:
+        """Leave the mode (after an error or at the end)."""
+        self._exit()
+        self._mode = None

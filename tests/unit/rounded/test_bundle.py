@@ -1,0 +1,160 @@
+"""``pol.backend = "rounded"`` jobs end to end in one process: record, prove, verify, dispute,
+and the record-time errors for loops and models a verifier could not follow (SPEC VI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dk.crypto.keys import SigningKey
+from dk.errors import FormatError, JobMismatch
+
+KEY = SigningKey(bytes(range(32)))
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Any:
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _job(**kw: Any) -> Any:
+    from dk.pol import default_job
+
+    args: dict[str, Any] = dict(arch="cnn", optimizer="adam", steps=4, interval=2, batch_size=16)
+    return default_job(**{**args, **kw}, pol={"backend": "rounded"})
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
+    from dk.pol.train import train_job
+    from dk.prover import prove_run
+
+    torch.set_num_threads(1)
+    job = _job()
+    work = tmp_path_factory.mktemp("rounded")
+    train_job(job, work / "run")
+    return job, prove_run(work / "run", job, KEY, work / "bundle")
+
+
+def test_dk_train_prove_verify_accepts(bundle: tuple[Any, Path]) -> None:
+    from dk.pol.transcript import parse_manifest
+    from dk.verifier import verify_bundle
+
+    job, b = bundle
+    man = parse_manifest((b / "manifest.json").read_bytes())
+    assert man.ext == {"rounding": {"torch": torch.__version__.split("+")[0]}}
+    for iv in man.interval_entries:
+        ext = iv.ext["rounding_log"]  # type: ignore[index]
+        assert ext["blob"] == f"logs/{ext['digest']}.dkrl"
+        assert (b / ext["blob"]).stat().st_size == ext["nbytes"]
+    rep = verify_bundle(b, job, beacon=bytes(32), samples=100)
+    assert rep.ok, rep.to_dict()
+    assert rep.checks["rounding_logs"] == "pass" and rep.figures["rounding_log_bytes_read"] > 0
+
+
+def test_dispute_primitive_follows_the_log(bundle: tuple[Any, Path], tmp_path: Path) -> None:
+    from vectors.gen.forge import Forgery
+    from vectors.gen.rounding_bundle import _other_interval
+
+    from dk.verifier.replay import replay_interval
+
+    job, b = bundle
+    assert replay_interval(b, job, 1).ok
+    forged = _other_interval(Forgery(b, tmp_path / "f"), KEY)
+    res = replay_interval(forged, job, 1)
+    assert (res.verdict, res.reason) == ("reject", "ROUNDING_LOG_MISMATCH")
+
+
+def test_rounding_ext_outside_a_rounded_job_is_malformed(tmp_path: Path) -> None:
+    from vectors.gen.forge import Forgery
+
+    from dk.pol.backends.ext import log_ext
+    from dk.pol.backends.log import RoundingLog
+    from dk.verifier import verify_bundle
+
+    honest = Path(__file__).resolve().parents[3] / "vectors" / "bundle"
+    f = Forgery(honest / "honest", tmp_path / "f")
+    f.m["intervals"][0]["ext"] = {"rounding_log": log_ext(RoundingLog(bytes(32), 0, 12).encode())}
+    rep = verify_bundle(f.commit(KEY), honest / "job.toml", beacon=bytes(32), samples=1)
+    assert rep.codes[0] == "TRANSCRIPT_MALFORMED", rep.codes
+
+
+def _users_loop(job: Any, run: Path, extra: Any = None) -> None:
+    from dk.pol import Recorder, build_model
+
+    model = build_model(job)
+    t = job.train
+    opt = torch.optim.Adam(model.parameters(), lr=t["lr"], betas=tuple(t["betas"]),
+                           eps=t["eps"], foreach=False)  # fmt: skip
+    rec = Recorder(job, run)
+    model, opt, loader = rec.attach(model=model, optimizer=opt)
+    for i, (x, y) in enumerate(loader):
+        opt.zero_grad()
+        out = model(x)
+        F.cross_entropy(out, y).backward()
+        if extra is not None:
+            extra(i, out)
+        opt.step()
+    rec.finish()
+
+
+def test_users_loop_is_recorded_like_dk_train(bundle: tuple[Any, Path], tmp_path: Path) -> None:
+    from dk.pol.run import read_run
+
+    job, b = bundle
+    _users_loop(job, tmp_path / "run")
+    want = read_run(b.parent / "run")
+    got = read_run(tmp_path / "run")
+    assert [c.root for c in got.checkpoints] == [c.root for c in want.checkpoints]
+    assert [i.ext for i in got.intervals] == [i.ext for i in want.intervals]
+
+
+def test_a_metric_in_some_steps_is_refused_at_record_time(tmp_path: Path) -> None:
+    def metric(i: int, out: torch.Tensor) -> None:
+        if i == 1:  # a float metric every so often: sites the job's step does not have
+            out.detach().softmax(-1).mean()
+
+    with pytest.raises(JobMismatch, match="step 1 ran"):
+        _users_loop(_job(), tmp_path / "run", metric)
+
+
+def test_a_metric_in_every_step_is_refused_at_the_first_checkpoint(tmp_path: Path) -> None:
+    def metric(i: int, out: torch.Tensor) -> None:
+        out.detach().softmax(-1).mean()
+
+    with pytest.raises(JobMismatch, match="interval 0"):
+        _users_loop(_job(), tmp_path / "run", metric)
+
+
+def test_an_uncovered_operation_is_named_at_record_time(tmp_path: Path) -> None:
+    from dk.pol.backends.rounded import UnsupportedOp, clear_dead_modes
+
+    def metric(i: int, out: torch.Tensor) -> None:
+        F.softplus(out.detach())
+
+    with pytest.raises(UnsupportedOp, match="softplus"):
+        _users_loop(_job(), tmp_path / "run", metric)
+    assert clear_dead_modes() == 1  # the loop never finished its Recorder: the mode is left
+
+
+def test_rounded_jobs_are_fp32() -> None:
+    with pytest.raises(FormatError, match="fp32"):
+        _job(train={"precision": "bf16"})
+
+
+def test_replay_failures_map_to_spec_vi_codes() -> None:
+    from dk.pol.backends import rounding_reason
+    from dk.pol.backends.rounded import RoundingLogError, UnsupportedOp
+
+    assert rounding_reason(UnsupportedOp("x")) == "BACKEND_UNAVAILABLE"  # the verifier's side
+    assert rounding_reason(RoundingLogError("x", reason="ROUNDING_LOG_INVALID")) == (
+        "ROUNDING_LOG_INVALID"
+    )
+    assert rounding_reason(FormatError("x", reason="SHAPE_MISMATCH")) is None
