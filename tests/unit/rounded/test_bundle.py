@@ -82,7 +82,10 @@ def test_rounding_ext_outside_a_rounded_job_is_malformed(tmp_path: Path) -> None
     honest = Path(__file__).resolve().parents[3] / "vectors" / "bundle"
     f = Forgery(honest / "honest", tmp_path / "f")
     iv = f.m["intervals"][0]
-    iv["ext"] = {**iv.get("ext", {}), "rounding_log": log_ext(RoundingLog(bytes(32), 0, 12).encode())}
+    iv["ext"] = {
+        **iv.get("ext", {}),
+        "rounding_log": log_ext(RoundingLog(bytes(32), 0, 12).encode()),
+    }
     rep = verify_bundle(f.commit(KEY), honest / "job.toml", beacon=bytes(32), samples=1)
     assert rep.codes[0] == "TRANSCRIPT_MALFORMED", rep.codes
 
