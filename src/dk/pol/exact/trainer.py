@@ -136,6 +136,18 @@ class ExactTrainer:
         Raises:
             FormatError: wrong dtype, shape, label range or state entry.
         """
+        loss, dev, grads = self._forward_backward(params, x, y)
+        be = self.be
+        self.opt.apply(be, self._specs, dev, grads, state, self._buf)
+        for name, _ in self._specs:
+            be.to_host(dev[name], params[name])
+        return float(loss)
+
+    def _forward_backward(
+        self, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray
+    ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+        """The batch's mean loss and its gradients, on the backend (SPEC II §2, before the
+        update): ``(loss, device params, device grads)``; the arrays are the trainer's buffers."""
         b = self._check(params, x, y)
         be = self.be
         dev = {name: be.asarray(params[name]) for name, _ in self._specs}
@@ -157,10 +169,7 @@ class ExactTrainer:
         count = b if self.loss == "cross_entropy" else b * self.output_dim
         loss = be.loss_total(losses) / np.float32(count)
         back(dz, grads)
-        self.opt.apply(be, self._specs, dev, grads, state, self._buf)
-        for name, _ in self._specs:
-            be.to_host(dev[name], params[name])
-        return float(loss)
+        return loss, dev, grads
 
     def gradient(
         self, params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray
@@ -171,27 +180,8 @@ class ExactTrainer:
         rank's shard, SPEC §8.5), and returns ``(loss, grads)`` with the gradients as new
         float32 host arrays named like ``params``.
         """
-        b = self._check(params, x, y)
+        loss, _, grads = self._forward_backward(params, x, y)
         be = self.be
-        dev = {name: be.asarray(params[name]) for name, _ in self._specs}
-        xb = be.asarray(np.ascontiguousarray(x).reshape(b, -1))
-        grads = {name: self._buf("g:" + name, shape) for name, shape in self._specs}
-        if self.arch == "cnn":
-            z_out, back = self._cnn_forward(dev, xb, b)
-        else:
-            z_out, back = self._mlp_forward(dev, xb, b)
-        dz = self._buf("dz_out", z_out.shape)
-        losses = self._buf("losses", (b,))
-        target = self._target(y, b)
-        if self.loss == "cross_entropy":
-            if y.dtype != np.int64:
-                raise FormatError("exact mode: cross_entropy needs int64 labels")
-            be.softmax_ce(z_out, target, dz, losses)
-        else:
-            be.mse(z_out, target, dz, losses)
-        count = b if self.loss == "cross_entropy" else b * self.output_dim
-        loss = be.loss_total(losses) / np.float32(count)
-        back(dz, grads)
         out = {}
         for name, shape in self._specs:
             host = np.empty(shape, dtype=np.float32)
