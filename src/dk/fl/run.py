@@ -147,35 +147,11 @@ def run_federated(
     shards, root = prepare_shards(template, clients, workdir / "data")
     keys = [os.urandom(32) for _ in range(clients)]
     behaviours = ["lazy" if i < lazy else "honest" for i in range(clients)]
+    common = (template, shards, root, keys, behaviours, rounds, workdir, aggregator, f, samples)
     if engine == "ray":
-        reports, weights = _run_ray(
-            template,
-            shards,
-            root,
-            keys,
-            behaviours,
-            rounds,
-            workdir,
-            aggregator,
-            f,
-            samples,
-            secagg,
-        )
+        reports, weights = _run_ray(*common, secagg)
     else:
-        reports, weights = _run_grpc(
-            template,
-            shards,
-            root,
-            keys,
-            behaviours,
-            rounds,
-            workdir,
-            aggregator,
-            f,
-            samples,
-            timeout,
-            secagg,
-        )
+        reports, weights = _run_grpc(*common, timeout, secagg)
     return FlResult(rounds, clients, aggregator, reports, accuracy(template, weights))
 
 
