@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from dk.errors import FormatError
 from dk.pol.checkpoint import ZK_DIGEST_KEY, Tensors, hparam_tensors, meta_tensors, model_tensors
 from dk.pol.models import init_params
 
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
+
 
 def cache_dir() -> Path:
     """Where circuits, keys and the local SRS are cached (``DK_CACHE_DIR`` or ~/.cache/dk)."""
@@ -29,7 +32,7 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "dk"
 
 
-def zk_settings(job: Any) -> ZkSettings:
+def zk_settings(job: JobSpec) -> ZkSettings:
     """The job's circuit settings (``pol.zk`` overrides of the defaults)."""
     try:
         # ``srs`` names the SRS the job accepts (SPEC IV §5); it is not a circuit setting.
@@ -38,7 +41,7 @@ def zk_settings(job: Any) -> ZkSettings:
         raise FormatError(f"job: pol.zk: {e}", reason="JOB_MALFORMED") from None
 
 
-def circuit_for_job(job: Any, *, workdir: str | Path | None = None) -> StepCircuit:
+def circuit_for_job(job: JobSpec, *, workdir: str | Path | None = None) -> StepCircuit:
     """The step circuit a zk job defines (built and cached under ``workdir``).
 
     The SRS: ``DK_ZK_SRS`` (a file) pinned by ``DK_ZK_SRS_SHA256``, of kind ``DK_ZK_SRS_KIND``
@@ -76,7 +79,7 @@ def digest_bytes(circ: StepCircuit, params: Mapping[str, np.ndarray]) -> np.ndar
     return np.frombuffer(raw, dtype=np.uint8).copy()
 
 
-def zk_init_extra(job: Any, circ: StepCircuit | None = None) -> Tensors:
+def zk_init_extra(job: JobSpec, circ: StepCircuit | None = None) -> Tensors:
     """The zk tensors of checkpoint 0 (its weights' digest)."""
     circ = circ if circ is not None else circuit_for_job(job)
     return {ZK_DIGEST_KEY: digest_bytes(circ, init_params(job.model, job.seed))}
@@ -85,7 +88,7 @@ def zk_init_extra(job: Any, circ: StepCircuit | None = None) -> Tensors:
 class ZkSession:
     """Step engine for zk-mode training (see :class:`dk.pol.Recorder`)."""
 
-    def __init__(self, job: Any, *, circuit: StepCircuit | None = None) -> None:
+    def __init__(self, job: JobSpec, *, circuit: StepCircuit | None = None) -> None:
         self.job = job
         self.circuit = circuit if circuit is not None else circuit_for_job(job)
         self.params: dict[str, np.ndarray] = init_params(job.model, job.seed)
@@ -107,7 +110,7 @@ class ZkSession:
         return ck
 
 
-def train_zk(job: Any, run_dir: str | Path, *, progress: Any = None) -> Any:
+def train_zk(job: JobSpec, run_dir: str | Path, *, progress: Any = None) -> Any:
     """Train a zk-mode job on its circuit's steps (slow: one witness per step)."""
     from dk.pol.train import train_job
 

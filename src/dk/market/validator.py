@@ -9,7 +9,7 @@ accepts, signs an attestation.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dk.market.attest import BlsKey, attestation_message
 from dk.market.beacon import order_share_message
@@ -18,6 +18,9 @@ from dk.market.market import Market
 from dk.market.profiles import verify_options
 from dk.market.requests import Client
 from dk.market.results import verdict_of
+
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
 
 def share_request(market: Market, client: Client, bls_key: BlsKey, order_id: str) -> dict[str, Any]:
@@ -39,7 +42,7 @@ def attestation_request(
     bls_key: BlsKey,
     order_id: str,
     bundle_dir: str | Path,
-    job: Any,
+    job: JobSpec,
     *,
     verify: Any = None,
 ) -> dict[str, Any]:
@@ -117,7 +120,7 @@ def profile_request(
     )
 
 
-def measure_profile(job: Any, *, intervals: int = 2) -> dict[str, Any]:
+def measure_profile(job: JobSpec, *, intervals: int = 2) -> dict[str, Any]:
     """Run ``dk calibrate`` on the job as a profiling task on this machine (1 and 2 threads);
     the calibration as a dict (refusals of an unsafe tolerance still yield a measurement)."""
     from dk.pol.calibrate import UnsafeTolerance, calibrate

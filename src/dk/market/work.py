@@ -11,7 +11,10 @@ estimated fee, and what the worker's bid does not take is refunded.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
 OPTIMIZER_FLOPS_PER_PARAM = {"sgd": 4, "adam": 12, "adamw": 14}
 
@@ -31,7 +34,7 @@ class WorkEstimate:
         return asdict(self)
 
 
-def step_flops(job: Any) -> int:
+def step_flops(job: JobSpec) -> int:
     """FLOPs of one training step of ``job``'s model on one batch (forward + backward + update)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -54,7 +57,7 @@ def step_flops(job: Any) -> int:
 
 
 def estimate_work(
-    job: Any, *, samples: int, gflop_price: float = 1.0, flops_per_step: int | None = None
+    job: JobSpec, *, samples: int, gflop_price: float = 1.0, flops_per_step: int | None = None
 ) -> WorkEstimate:
     """The work of training ``job`` and of verifying ``samples`` intervals, and its fee.
 
@@ -78,7 +81,7 @@ def challenged_bound(m: int, samples: int, topq: int, epochs: int) -> int:
     return max(1, min(m, samples + topq * max(1, epochs)))
 
 
-def job_epochs(job: Any) -> int:
+def job_epochs(job: JobSpec) -> int:
     """Epochs the job's steps span (``ceil(steps / steps_per_epoch)``, SPEC §8)."""
     from dk.pol.data import load_dataset
 
@@ -87,7 +90,7 @@ def job_epochs(job: Any) -> int:
 
 
 def order_quote(
-    job: Any,
+    job: JobSpec,
     *,
     gflop_price: float,
     min_stake: int,

@@ -15,7 +15,7 @@ import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from dk.verifier.challenge import (
     detection_probability,
     samples_for,
 )
+
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
 Case = dict[str, Any]
 
@@ -100,7 +103,7 @@ def mutate_checkpoint(ck: dict[str, np.ndarray], recipe: dict[str, Any]) -> dict
     return out
 
 
-def step_checkpoint(job: Any, step: int, spe: int) -> dict[str, np.ndarray]:
+def step_checkpoint(job: JobSpec, step: int, spe: int) -> dict[str, np.ndarray]:
     """A schema-valid checkpoint at ``step`` built from checkpoint 0 (zero optimizer state)."""
     ck = initial_checkpoint(job, spe)
     if step:
