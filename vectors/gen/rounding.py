@@ -58,7 +58,7 @@ def _log_cases() -> list[dict[str, Any]]:
         ("bad magic", b"DKRX" + good[4:]),
         ("version 2", good[:4] + b"\x02" + good[5:]),
         ("precision 2", good[:5] + b"\x02" + good[6:]),
-        ("tau_log2 7", good[:6] + b"\x07" + good[7:]),
+        ("tau_log2 5", good[:6] + b"\x05" + good[7:]),
         ("tau_log2 25", good[:6] + b"\x19" + good[7:]),
         ("reserved byte set", good[:7] + b"\x01" + good[8:]),
         ("short header", good[:95]),

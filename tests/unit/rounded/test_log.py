@@ -50,7 +50,7 @@ def test_empty_log() -> None:
         lambda b: b"DKRX" + b[4:],  # magic
         lambda b: b[:4] + b"\x02" + b[5:],  # version
         lambda b: b[:5] + b"\x02" + b[6:],  # precision
-        lambda b: b[:6] + b"\x07" + b[7:],  # tau_log2 below 8
+        lambda b: b[:6] + b"\x05" + b[7:],  # tau_log2 below 6
         lambda b: b[:7] + b"\x01" + b[8:],  # reserved byte
         lambda b: b + b"\x00",  # trailing byte
         lambda b: b[:-1],  # truncated
