@@ -135,7 +135,7 @@ VALID_JOBS = [
         + "'\n",
     ),
     (
-        "rounded backend: pol.rounding_tau_log2 filled with its default 8 (SPEC VI §2)",
+        "rounded backend: pol.rounding_tau_log2 filled with its default 10 (SPEC VI §2)",
         DIMS + "[pol]\nbackend = 'rounded'\n",
     ),
     (

@@ -34,7 +34,7 @@ def rounded_job() -> Any:
         steps=4,
         interval=2,
         batch_size=16,
-        pol={"backend": "rounded", "rounding_tau_log2": 10},
+        pol={"backend": "rounded", "rounding_tau_log2": 12},
     )
 
 
