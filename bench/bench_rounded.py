@@ -111,7 +111,8 @@ def discrepancy() -> dict[str, tuple[float, int, dict[int, float]]]:
     res = {}
     for what, parts in out.items():
         d = np.concatenate(parts)
-        rate = {k: 6 * float(np.maximum(0, d - 2.0 ** -(k + 1)).mean()) for k in (6, 7, 8, 9, 10, 12)}
+        ks = (6, 7, 8, 9, 10, 12)
+        rate = {k: 6 * float(np.maximum(0, d - 2.0 ** -(k + 1)).mean()) for k in ks}
         res[what] = (float(d.max()), int((d > 2.0**-9).sum()), rate)
     return res
 
@@ -134,7 +135,8 @@ class Probe(RoundedMode):
             f = a.astype(np.float32)
             g = np.abs(np.nextafter(f, np.float32(np.inf)).astype(np.float64) - f)
             ok = np.isfinite(g) & (g > 0)
-            worst[name] = max(worst.get(name, 0.0), float((np.abs(a - vn)[ok] / g[ok]).max(initial=0)))
+            x = float((np.abs(a - vn)[ok] / g[ok]).max(initial=0))
+            worst[name] = max(worst.get(name, 0.0), x)
             v = torch.from_numpy(a).view(v.shape)  # the other run's value: same state after
         return super().round_site(v, name)
 b = ex.build(kind, seed=0, width=width, batch=batch)
