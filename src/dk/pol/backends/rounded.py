@@ -362,6 +362,9 @@ def _is_float(a: object) -> bool:
 _UNMARKED_WRITES = {"native_batch_norm": (5, (3, 4))}
 
 
+_WRITES: dict[Any, tuple[tuple[int, str, bool], ...]] = {}
+
+
 def _written_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
     """The tensors an op writes (schema ``Tensor(a!)`` arguments), in schema order."""
     out: list[torch.Tensor] = []
@@ -370,10 +373,16 @@ def _written_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
         flag, idx = unmarked
         if len(args) > flag and args[flag]:
             out.extend(args[i] for i in idx if isinstance(args[i], torch.Tensor))
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        val = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+    writes = _WRITES.get(func)
+    if writes is None:  # the schema's written arguments, once per operation
+        writes = tuple(
+            (i, a.name, a.kwarg_only)
+            for i, a in enumerate(func._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write
+        )
+        _WRITES[func] = writes
+    for i, name, kwarg_only in writes:
+        val = args[i] if i < len(args) and not kwarg_only else kwargs.get(name)
         if isinstance(val, torch.Tensor):
             out.append(val)
         elif isinstance(val, list | tuple):
