@@ -668,6 +668,8 @@ class JobSpec:
         touched = set(sections.get("train", {})) | set(sections.get("pol", {}))
         if touched & {"compression", "mode", "dp"} and "backend" not in sections.get("pol", {}):
             raw["pol"]["backend"] = ""  # re-derive the default backend for the new mode/codec
+        if raw["pol"].get("backend") != "rounded" and TAU_KEY not in sections.get("pol", {}):
+            raw["pol"].pop(TAU_KEY, None)  # τ belongs to a rounded job only (SPEC VI §2)
         return JobSpec(normalize(raw), self.base_dir)
 
     def to_toml(self) -> str:

@@ -231,3 +231,24 @@ def test_uniform_is_a_unit_fill_then_two_float32_operations() -> None:
     bound = float(torch.nn.init.calculate_gain("leaky_relu", 5**0.5)) * (3.0 / 27) ** 0.5
     want = torch.add(torch.mul(u, torch.tensor(2 * bound)), torch.tensor(-bound))
     assert outs[0] == want.numpy().tobytes().hex()
+
+
+def test_job_tau_is_hashed_and_only_for_rounded_jobs() -> None:
+    """SPEC §6.1 / VI §2: pol.rounding_tau_log2 is in a rounded job's normal form (default
+    filled in, hashed into job_id), absent from other jobs, and dropped when a copy leaves the
+    rounded backend."""
+    from dk.errors import FormatError
+    from dk.pol.backends.log import DEFAULT_TAU_LOG2
+    from dk.pol.job import parse_job
+
+    dims = "[model]\ninput_dim = 4\noutput_dim = 3\n"
+    plain = parse_job(dims)
+    default = parse_job(dims + "[pol]\nbackend = 'rounded'\n")
+    twelve = parse_job(dims + "[pol]\nbackend = 'rounded'\nrounding_tau_log2 = 12\n")
+    assert default.rounding_tau_log2 == DEFAULT_TAU_LOG2 and twelve.rounding_tau_log2 == 12
+    assert default.job_id != twelve.job_id
+    assert "rounding_tau_log2" not in plain.pol
+    torch_copy = twelve.with_updates(pol={"backend": "torch"})
+    assert "rounding_tau_log2" not in torch_copy.pol
+    with pytest.raises(FormatError):
+        parse_job(dims + "[pol]\nbackend = 'torch'\nrounding_tau_log2 = 12\n")
