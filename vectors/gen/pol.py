@@ -134,6 +134,14 @@ VALID_JOBS = [
         + "12" * 32
         + "'\n",
     ),
+    (
+        "rounded backend: pol.rounding_tau_log2 filled with its default 10 (SPEC VI §2)",
+        DIMS + "[pol]\nbackend = 'rounded'\n",
+    ),
+    (
+        "rounded backend with its own tau 2^-12 (hashed: another job_id than the default's)",
+        DIMS + "[pol]\nbackend = 'rounded'\nrounding_tau_log2 = 12\n",
+    ),
 ]
 
 INVALID_JOBS = [
@@ -224,6 +232,12 @@ INVALID_JOBS = [
     ("[model] is not a table", "model = 3\n"),
     ("not TOML", "[model\n"),
     ("name over 200 characters", "name = '" + "n" * 201 + "'\n" + DIMS),
+    (
+        "pol.rounding_tau_log2 on the torch backend",
+        DIMS + "[pol]\nbackend = 'torch'\nrounding_tau_log2 = 8\n",
+    ),
+    ("pol.rounding_tau_log2 = 5", DIMS + "[pol]\nbackend = 'rounded'\nrounding_tau_log2 = 5\n"),
+    ("pol.rounding_tau_log2 = 25", DIMS + "[pol]\nbackend = 'rounded'\nrounding_tau_log2 = 25\n"),
     ("job text over 64 KiB (recipe: pad with a comment)", DIMS),
 ]
 JOB_PAD = 64 * 1024 + 1

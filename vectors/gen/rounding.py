@@ -45,6 +45,8 @@ def _log_cases() -> list[dict[str, Any]]:
         ("deltas within a site and across sites",
          _log(entries=[(0, 0, 0), (0, 1, 1), (0, 300, 0), (3, 7, 1)])),
         ("element needing a 7-byte varint", _log(entries=[(1, 2**47, 1)])),
+        ("long gaps in one site (Rice parameter 19)",
+         _log(entries=[(2, 5, 1), (2, 600_006, 0), (2, 1_300_000, 1)])),
         ("interval 9, tau 2^-20", _log(interval=9, tau_log2=20, sites=1, entries=[(0, 0, 1)])),
     ]  # fmt: skip
     cases: list[dict[str, Any]] = []
@@ -56,9 +58,9 @@ def _log_cases() -> list[dict[str, Any]]:
     h = 96
     bad = [
         ("bad magic", b"DKRX" + good[4:]),
-        ("version 2", good[:4] + b"\x02" + good[5:]),
+        ("version 1 (the varint entries of the draft)", good[:4] + b"\x01" + good[5:]),
         ("precision 2", good[:5] + b"\x02" + good[6:]),
-        ("tau_log2 7", good[:6] + b"\x07" + good[7:]),
+        ("tau_log2 5", good[:6] + b"\x05" + good[7:]),
         ("tau_log2 25", good[:6] + b"\x19" + good[7:]),
         ("reserved byte set", good[:7] + b"\x01" + good[8:]),
         ("short header", good[:95]),
@@ -70,11 +72,15 @@ def _log_cases() -> list[dict[str, Any]]:
         ("site 3 not below sites = 3", good[:48] + struct.pack("<Q", 3) + good[56:]),
         ("non-minimal varint (0x80 0x00)", good[:h] + b"\x80\x00" + good[h + 1 :]),
         ("varint of 11 bytes", good[:h] + b"\xff" * 10 + b"\x01" + good[h + 1 :]),
-        ("repeated element (delta 0 within a site)", good[:h + 2] + b"\x00\x00" + good[h + 4 :]),
-        ("element 2^48", _log(entries=[]).encode()[:88] + struct.pack("<Q", 1) + b"\x00\x00"
-         + bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x04])),
+        ("padding bit set", good[:h + 4] + b"\x41" + good[h + 5 :]),
+        ("Rice parameter 1 where the gaps give 0", good[:h + 3] + b"\x01" + good[h + 4 :]),
+        ("Rice parameter 48", good[:h + 3] + b"\x30" + good[h + 4 :]),
+        ("element 2^51", _log(entries=[]).encode()[:88] + struct.pack("<Q", 1) + b"\x00\x00"
+         + bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x04]) + b"\x00\x80"),
+        ("gaps summing past 2^48", _log(entries=[]).encode()[:88] + struct.pack("<Q", 2)
+         + b"\x00\x01" + bytes([0xFF] * 6 + [0x3F]) + b"\x00" + b"\x3f" + b"\xff" * 6 + b"\x80"),
         ("two groups of one site (site delta 0 after the first group)",
-         good[:88] + struct.pack("<Q", 3) + bytes([0, 0, 0, 0, 0, 2])),
+         good[:88] + struct.pack("<Q", 3) + bytes([0, 0, 0, 0, 0] * 2)),
         ("group larger than the entries left", good[:h + 1] + b"\x05" + good[h + 2 :]),
     ]  # fmt: skip
     for comment, blob in bad:

@@ -34,7 +34,7 @@ def rounded_job() -> Any:
         steps=4,
         interval=2,
         batch_size=16,
-        pol={"backend": "rounded"},
+        pol={"backend": "rounded", "rounding_tau_log2": 12},
     )
 
 
@@ -97,6 +97,13 @@ def _trace(f: Forgery, key: SigningKey) -> Path:
     return _put_log(f, 0, log, key)
 
 
+def _other_tau(f: Forgery, key: SigningKey) -> Path:
+    """Interval 0's log with the same entries under another τ than the job names (k + 4)."""
+    log = _log(f, 0)
+    log.tau_log2 += 4
+    return _put_log(f, 0, log, key)
+
+
 def _traversal(f: Forgery, key: SigningKey) -> Path:
     f.m["intervals"][0]["ext"]["rounding_log"]["blob"] = "logs/../manifest.json"
     return f.commit(key)
@@ -118,6 +125,7 @@ FORGERIES: dict[str, tuple[Callable[[Forgery, SigningKey], Path], str, str]] = {
     "log-entries-dropped": (_drop, "ROUNDING_LOG_MISSING", "reject"),
     "log-of-another-interval": (_other_interval, "ROUNDING_LOG_MISMATCH", "reject"),
     "log-trace-altered": (_trace, "ROUNDING_TRACE_MISMATCH", "reject"),
+    "log-tau-not-the-jobs": (_other_tau, "ROUNDING_LOG_MISMATCH", "reject"),
     "log-path-traversal": (_traversal, "BAD_PATH", "reject"),
     "log-ext-missing": (_no_ext, "TRANSCRIPT_MALFORMED", "reject"),
     "run-claims-other-torch": (_other_torch, "BACKEND_UNAVAILABLE", "inconclusive"),

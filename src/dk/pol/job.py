@@ -23,6 +23,7 @@ from typing import Any, cast
 from dk.crypto.canonical_json import canonical_json
 from dk.crypto.hashing import TAG_JOB, tagged_hash
 from dk.errors import FormatError
+from dk.pol.backends.log import DEFAULT_TAU_LOG2, MAX_TAU_LOG2, MIN_TAU_LOG2
 from dk.pol.data.spec import normalize_data
 
 # 2: [data] kind and per-kind fields, chunked data root; model files and entry points,
@@ -46,6 +47,11 @@ MODEL_ENTRY_KEYS = ("entry", "distribution", "dist_version", "module_sha256", "k
 MODES = ("exact", "tolerant", "zk")
 
 _HEX64 = frozenset("0123456789abcdef")
+
+# SPEC VI §2: τ = 2^-k of a float32 gap, k = pol.rounding_tau_log2 of a rounded job. The
+# default makes replay across machines (other BLAS blocking, other vector widths) sound for
+# the float64 differences measured in SPEC VI Notes; the range is the log header's (VI §3).
+TAU_KEY = "rounding_tau_log2"
 
 _DEFAULTS: dict[str, Any] = {
     "version": JOB_VERSION,
@@ -138,7 +144,7 @@ def _merge(defaults: dict[str, Any], given: dict[str, Any], where: str) -> dict[
                 in ("input_dim", "output_dim", "input_shape", *MODEL_SOURCE_KEYS, *MODEL_ENTRY_KEYS)
             )
             and not (where == "init" and k == "path")
-            and not (where == "pol" and k == "init_root")
+            and not (where == "pol" and k in ("init_root", TAU_KEY))
             and not (where == "train" and k in ("dp", "world_size"))
         ):
             raise _fail(f"unknown key {where + '.' if where else ''}{k}")
@@ -313,6 +319,13 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
         )
     if t.get("world_size", 1) > 1 and (p["backend"] != "dk" or p["mode"] != "exact"):
         raise _fail("train.world_size > 1 runs in exact mode on pol.backend = 'dk' (SPEC §8.5)")
+    # τ = 2^-k of a float32 gap (SPEC VI §2): in the normal form of every rounded job, absent
+    # from every other job (whose job_id is unchanged by this key).
+    if p["backend"] == "rounded":
+        p.setdefault(TAU_KEY, DEFAULT_TAU_LOG2)
+        _int(p, TAU_KEY, MIN_TAU_LOG2, MAX_TAU_LOG2)
+    elif TAU_KEY in p:
+        raise _fail(f"pol.{TAU_KEY} is for pol.backend = 'rounded' (SPEC VI §2)")
     _check_zk(job)
     p["init_root"] = _hex_or_empty(p, "init_root")
     if p["mode"] == "tolerant" and p["tolerance"] <= 0.0:
@@ -612,6 +625,17 @@ class JobSpec:
         return str(self.pol["mode"])
 
     @property
+    def rounding_tau_log2(self) -> int:
+        """``k`` of the rounding log's ``τ = 2^-k`` (``pol.rounding_tau_log2``, SPEC VI §2).
+
+        Raises:
+            ValueError: the job is not on ``pol.backend = "rounded"``.
+        """
+        if TAU_KEY not in self.pol:
+            raise ValueError("only a pol.backend = 'rounded' job has a rounding tau")
+        return int(self.pol[TAU_KEY])
+
+    @property
     def world_size(self) -> int:
         """Data-parallel ranks ``W`` (``train.world_size``, SPEC §8.5); 1 when absent."""
         return int(self.spec["train"].get("world_size", 1))
@@ -644,6 +668,8 @@ class JobSpec:
         touched = set(sections.get("train", {})) | set(sections.get("pol", {}))
         if touched & {"compression", "mode", "dp"} and "backend" not in sections.get("pol", {}):
             raw["pol"]["backend"] = ""  # re-derive the default backend for the new mode/codec
+        if raw["pol"].get("backend") != "rounded" and TAU_KEY not in sections.get("pol", {}):
+            raw["pol"].pop(TAU_KEY, None)  # τ belongs to a rounded job only (SPEC VI §2)
         return JobSpec(normalize(raw), self.base_dir)
 
     def to_toml(self) -> str:

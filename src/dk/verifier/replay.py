@@ -309,7 +309,7 @@ def replay_interval(
             ext = (ivs[index].ext or {}).get(INTERVAL_KEY)
             if ext is None:
                 return _result(Reason.TRANSCRIPT_MALFORMED, f"interval {index} has no log")
-            log = load_log(b, ext, spec.job_id, index)
+            log = load_log(b, ext, spec.job_id, index, tau_log2=spec.rounding_tau_log2)
     except FormatError as e:
         code = Reason.__members__.get(e.reason or "", Reason.MANIFEST_MALFORMED)
         return _result(Reason(code), str(e))

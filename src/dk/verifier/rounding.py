@@ -25,8 +25,6 @@ from dk.pol.backends.log import LOG_MALFORMED, LOG_MISMATCH, check_binding, deco
 from dk.pol.checkpoint import read_blob_file
 from dk.verifier.report import Reason
 
-DEFAULT_TAU_LOG2 = 12  # SPEC VI §2 (dk.pol.backends.rounded.DEFAULT_TAU_LOG2, without torch)
-
 
 def _rounded(ctx: Any) -> bool:
     return bool(ctx.job.pol.get("backend") == "rounded")
@@ -75,8 +73,12 @@ def check_rounding_claims(ctx: Any) -> None:
     ctx.rep.passed("rounding")
 
 
-def load_log(bundle: Path, ext: dict[str, Any], job_id: bytes, interval: int) -> bytes:
+def load_log(
+    bundle: Path, ext: dict[str, Any], job_id: bytes, interval: int, *, tau_log2: int
+) -> bytes:
     """Read and check interval ``interval``'s log blob against its ``ext`` (SPEC VI §5).
+
+    ``tau_log2`` is the job's ``pol.rounding_tau_log2``: a log of another τ is rejected.
 
     Raises:
         FormatError: with reason ``BLOB_MISSING``, ``BAD_PATH``, ``ROUNDING_LOG_MALFORMED``
@@ -105,7 +107,7 @@ def load_log(bundle: Path, ext: dict[str, Any], job_id: bytes, interval: int) ->
             f"interval {i}: the log does not hash to its committed digest", reason=LOG_MISMATCH
         )
     try:
-        check_binding(log, job_id=job_id, interval=i, tau_log2=DEFAULT_TAU_LOG2)
+        check_binding(log, job_id=job_id, interval=i, tau_log2=tau_log2)
     except FormatError as e:
         raise FormatError(f"interval {i}: {e}", reason=LOG_MISMATCH) from None
     return data
@@ -116,10 +118,11 @@ def check_rounding_logs(ctx: Any) -> None:
     if not _rounded(ctx):
         return
     nbytes = 0
+    tau = ctx.job.rounding_tau_log2  # SPEC VI §2: the job names τ; the log must carry it
     for i in ctx.chal:
         ext = ctx.man.interval_entries[i].ext[INTERVAL_KEY]
         try:
-            data = load_log(ctx.bundle, ext, ctx.job.job_id, i)
+            data = load_log(ctx.bundle, ext, ctx.job.job_id, i, tau_log2=tau)
         except FormatError as e:
             ctx.fail("rounding_logs", Reason(e.reason or LOG_MALFORMED), str(e), i)
         nbytes += len(data)

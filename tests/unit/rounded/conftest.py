@@ -13,10 +13,12 @@ WORKER = Path(__file__).with_name("worker.py")
 SRC = Path(__file__).resolve().parents[3] / "src"
 
 
-def run_worker(threads: int, out: Path, *args: str) -> None:
-    """Run ``worker.py`` in a fresh process pinned to ``threads`` threads (OMP and torch)."""
+def run_worker(threads: int, out: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    """Run ``worker.py`` in a fresh process pinned to ``threads`` threads (OMP and torch);
+    ``env`` adds variables (another machine: ``ATEN_CPU_CAPABILITY``, ``MKL_*``)."""
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           **(env or {})}  # fmt: skip
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
         [sys.executable, "-W", "ignore", str(WORKER), str(threads), str(out), *args],

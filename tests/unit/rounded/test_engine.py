@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -196,3 +197,58 @@ def test_boundary_distance_subnormal_and_specials() -> None:
     d = boundary_distance(v)
     assert d[0] == 0 and d[1] == 2**27 and d[2] == 0
     assert (d[3:] == 2**28).all()
+
+
+_UNIFORM = """
+import sys, torch
+from dk.pol.backends.rounded import RoundedMode
+with RoundedMode.record(job_id=bytes(32), interval=0):
+    torch.manual_seed(0)
+    w = torch.empty(8, 3, 3, 3)
+    torch.nn.init.kaiming_uniform_(w, a=5**0.5)
+sys.stdout.write(w.numpy().tobytes().hex())
+"""
+
+
+def test_uniform_is_a_unit_fill_then_two_float32_operations() -> None:
+    """SPEC VI §1 random class: uniform(a, b) = u ⊗ f32(b − a) ⊕ f32(a), the same on every CPU
+    capability (torch's own kernel rounds differently under ATEN_CPU_CAPABILITY=default)."""
+    import os
+    import subprocess
+    import sys
+
+    src = str(Path(__file__).resolve().parents[3] / "src")
+    outs = []
+    for cap in ("default", "avx2"):
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": cap, "OMP_NUM_THREADS": "1",
+               "PYTHONPATH": src}  # fmt: skip
+        proc = subprocess.run([sys.executable, "-c", _UNIFORM], env=env, capture_output=True,
+                              text=True, timeout=300, check=True)  # fmt: skip
+        outs.append(proc.stdout)
+    assert outs[0] == outs[1]
+    torch.manual_seed(0)
+    u = torch.rand(8, 3, 3, 3)
+    bound = float(torch.nn.init.calculate_gain("leaky_relu", 5**0.5)) * (3.0 / 27) ** 0.5
+    want = torch.add(torch.mul(u, torch.tensor(2 * bound)), torch.tensor(-bound))
+    assert outs[0] == want.numpy().tobytes().hex()
+
+
+def test_job_tau_is_hashed_and_only_for_rounded_jobs() -> None:
+    """SPEC §6.1 / VI §2: pol.rounding_tau_log2 is in a rounded job's normal form (default
+    filled in, hashed into job_id), absent from other jobs, and dropped when a copy leaves the
+    rounded backend."""
+    from dk.errors import FormatError
+    from dk.pol.backends.log import DEFAULT_TAU_LOG2
+    from dk.pol.job import parse_job
+
+    dims = "[model]\ninput_dim = 4\noutput_dim = 3\n"
+    plain = parse_job(dims)
+    default = parse_job(dims + "[pol]\nbackend = 'rounded'\n")
+    twelve = parse_job(dims + "[pol]\nbackend = 'rounded'\nrounding_tau_log2 = 12\n")
+    assert default.rounding_tau_log2 == DEFAULT_TAU_LOG2 and twelve.rounding_tau_log2 == 12
+    assert default.job_id != twelve.job_id
+    assert "rounding_tau_log2" not in plain.pol
+    torch_copy = twelve.with_updates(pol={"backend": "torch"})
+    assert "rounding_tau_log2" not in torch_copy.pol
+    with pytest.raises(FormatError):
+        parse_job(dims + "[pol]\nbackend = 'torch'\nrounding_tau_log2 = 12\n")

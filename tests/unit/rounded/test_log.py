@@ -31,12 +31,15 @@ def test_round_trip_and_layout() -> None:
     log = _log()
     blob = log.encode()
     assert decode_log(blob) == log
-    assert blob[:8] == b"DKRL\x01\x01\x0c\x00" and blob[8:40] == JOB
+    assert blob[:8] == b"DKRL\x02\x01\x0c\x00" and blob[8:40] == JOB
     assert struct.unpack_from("<QQ", blob, 40) == (2, 10)
     assert struct.unpack_from("<Q", blob, 88) == (4,)
-    # group of site 0: delta 0, 2 entries (n - 1 = 1), element 0 up (field 1), then a delta
-    # (5 - 0 = 5 -> field 10); group of site 3: delta 3, 1 entry, element 1000 up (0xD1 0x0F)
-    assert blob[HEADER_SIZE:HEADER_SIZE + 8] == bytes([0, 1, 1, 10, 3, 0, 0xD1, 0x0F])  # fmt: skip
+    # group of site 0: delta 0, 2 entries (n - 1 = 1), first element 0, r = 2 (one gap of
+    # 5 - 0 - 1 = 4), bits: directions 1 0, gap 4 = unary 1, 0, low bits 00, padding 00 (0xA0);
+    # group of site 3: delta 3, 1 entry, element 1000 (0xE8 0x07), r = 0, bits 1 + padding
+    assert blob[HEADER_SIZE : HEADER_SIZE + 11] == bytes(
+        [0, 1, 0, 2, 0xA0, 3, 0, 0xE8, 0x07, 0, 0x80]
+    )
 
 
 def test_empty_log() -> None:
@@ -48,15 +51,17 @@ def test_empty_log() -> None:
     "mutate",
     [
         lambda b: b"DKRX" + b[4:],  # magic
-        lambda b: b[:4] + b"\x02" + b[5:],  # version
+        lambda b: b[:4] + b"\x01" + b[5:],  # version 1 (the draft's varint entries)
         lambda b: b[:5] + b"\x02" + b[6:],  # precision
-        lambda b: b[:6] + b"\x07" + b[7:],  # tau_log2 below 8
+        lambda b: b[:6] + b"\x05" + b[7:],  # tau_log2 below 6
         lambda b: b[:7] + b"\x01" + b[8:],  # reserved byte
         lambda b: b + b"\x00",  # trailing byte
         lambda b: b[:-1],  # truncated
         lambda b: b[:88] + struct.pack("<Q", 5) + b[96:],  # count larger than entries
         lambda b: b[:HEADER_SIZE] + b"\x80\x00" + b[HEADER_SIZE + 1 :],  # non-minimal varint
-        lambda b: b[: HEADER_SIZE + 2] + b"\x00\x00" + b[HEADER_SIZE + 4 :],  # repeated element
+        lambda b: b[: HEADER_SIZE + 4] + b"\xa1" + b[HEADER_SIZE + 5 :],  # padding bit set
+        lambda b: b[: HEADER_SIZE + 3] + b"\x05" + b[HEADER_SIZE + 4 :],  # r 5: padding set
+        lambda b: b[: HEADER_SIZE + 3] + b"\x30" + b[HEADER_SIZE + 4 :],  # r = 48
         lambda b: b[:48] + struct.pack("<Q", 3) + b[56:],  # site 9 >= sites 3
     ],
 )
@@ -86,6 +91,17 @@ def test_binding_to_job_interval_and_tau() -> None:
         with pytest.raises(FormatError) as e:
             check_binding(log, **args)  # type: ignore[arg-type]
         assert e.value.reason == LOG_MISMATCH
+
+
+def test_rice_round_trips_long_groups_and_windows() -> None:
+    """Groups longer than the decoder's bit window, gaps from 1 to 2^40, both directions."""
+    import random
+
+    rng = random.Random(7)
+    for spread in (1, 600, 10**6, 2**40):
+        elems = sorted(rng.sample(range(min(spread * 10_000, 2**47)), 10_000))
+        log = _log(entries=[(4, e, rng.randint(0, 1)) for e in elems])
+        assert decode_log(log.encode()) == log
 
 
 def test_log_digest_commits_to_every_blob() -> None:

@@ -1,10 +1,12 @@
 """Subprocess body of the thread tests: train examples at one thread count (not a test file).
 
 ``python worker.py THREADS OUTDIR KIND:WIDTH:BATCH:STEPS[:SEEDS] ... [--replay INDIR]
-[--no-train]`` writes, per example and seed, ``<kind>-<seed>.plain`` and ``.rounded``
-(checkpoint roots, hex), ``.log`` (the rounding log) and, with ``--replay``, ``.replayed`` (root
-after following INDIR's log, or ``REJECT <reason> <message>``). ``--no-train`` only replays;
-``--no-plain`` skips plain torch.
+[--no-train] [--init INDIR]`` writes, per example and seed, ``<kind>-<seed>.plain`` and
+``.rounded`` (checkpoint roots, hex), ``.log`` (the rounding log), ``.init`` (the initial
+weights, safetensors) and, with ``--replay``, ``.replayed`` (root after following INDIR's log,
+or ``REJECT <reason> <message>``). ``--no-train`` only replays; ``--no-plain`` skips plain
+torch; ``--init`` starts every run from INDIR's initial weights (torch's own initialisers
+draw other numbers on another CPU capability: a verifier starts from committed weights).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from pathlib import Path
 def main(argv: list[str]) -> int:
     threads, out = int(argv[0]), Path(argv[1])
     replay = Path(argv[argv.index("--replay") + 1]) if "--replay" in argv else None
+    init = Path(argv[argv.index("--init") + 1]) if "--init" in argv else None
     specs = [a for a in argv[2:] if ":" in a]
     assert os.environ.get("OMP_NUM_THREADS") == str(threads)
     import torch
+    from safetensors.torch import load_file, save_file
 
     torch.set_num_threads(threads)
     assert torch.get_num_threads() == threads
@@ -38,18 +42,27 @@ def main(argv: list[str]) -> int:
         def root(b: dict) -> str:
             return checkpoint_root(ex.state_tensors(b["model"], b["opt"])).hex()
 
-        if "--no-train" not in argv and "--no-plain" not in argv:
+        def build(kind: str = kind, cfg: dict = cfg, name: str = name) -> dict:
             b = ex.build(kind, **cfg)
+            if init is not None:
+                b["model"].load_state_dict(load_file(init / f"{name}.init"))
+            else:
+                state = {k: v.contiguous() for k, v in b["model"].state_dict().items()}
+                save_file(state, out / f"{name}.init")
+            return b
+
+        if "--no-train" not in argv and "--no-plain" not in argv:
+            b = build()
             ex.train(b, range(int(steps)))
             (out / f"{name}.plain").write_text(root(b))
         if "--no-train" not in argv:
-            b = ex.build(kind, **cfg)
+            b = build()
             mode = RoundedMode.record(job_id=job, interval=0)
             ex.train(b, range(int(steps)), lambda m=mode: m)
             (out / f"{name}.log").write_bytes(mode.finish().encode())
             (out / f"{name}.rounded").write_text(root(b))
         if replay is not None:
-            b = ex.build(kind, **cfg)
+            b = build()
             log = decode_log((replay / f"{name}.log").read_bytes())
             mode = RoundedMode.replay(log)
             try:

@@ -3,22 +3,24 @@
 A log lists the rounding decisions a worker took where its float64 value lay within τ of a
 float32 rounding boundary. Its bytes are::
 
-    "DKRL" || u8(version=1) || u8(precision=1) || u8(tau_log2) || u8(0)
+    "DKRL" || u8(version=2) || u8(precision=1) || u8(tau_log2) || u8(0)
       || job_id (32) || u64(interval) || u64(sites) || trace (32) || u64(count)
       || groups, one per site with entries, each
-         varint(site_delta) || varint(n - 1) || n times varint(2 * element_field + direction)
+         varint(site_delta) || varint(n - 1) || varint(first element) || u8(r) || bits
 
 Entries (``count`` in all) are strictly increasing in ``(site, element)``; ``site_delta`` is the
-group's site minus the previous group's (the first group: the site itself); the first entry of
-a group carries its element index, later ones the (positive) difference to the previous
-element. Varints are
-minimal unsigned LEB128. Each interval's log is committed by its digest
-``tagged_hash("dk/v1/rounding/log", blob)`` in the interval's ``ext.rounding_log`` (SPEC VI §4),
-which enters the interval's transcript leaf.
+group's site minus the previous group's (the first group: the site itself). ``bits`` (most
+significant bit first, zero-padded to a byte) holds the group's ``n`` direction bits, then for
+each later entry the gap to the previous element minus one in a Rice code of parameter ``r``
+(quotient in unary: that many 1 bits and a 0; then the ``r`` low bits), ``r`` fixed by the
+entries (:func:`rice_parameter`). Varints are minimal unsigned LEB128. Each interval's log is
+committed by its digest ``tagged_hash("dk/v1/rounding/log", blob)`` in the interval's
+``ext.rounding_log`` (SPEC VI §4), which enters the interval's transcript leaf.
 """
 
 from __future__ import annotations
 
+import itertools
 import struct
 from dataclasses import dataclass, field
 
@@ -30,11 +32,14 @@ TAG_LOG = "dk/v1/rounding/log"
 TAG_TRACE = "dk/v1/rounding/trace"
 
 MAGIC = b"DKRL"
-VERSION = 1
+VERSION = 2  # 1: one varint per entry (2 · element delta + direction); 2: Rice-coded gaps
 PRECISION_F32_FROM_F64 = 1
 HEADER_SIZE = 96
-MIN_TAU_LOG2 = 8
+MIN_TAU_LOG2 = 6
 MAX_TAU_LOG2 = 24
+# The job's default k (``pol.rounding_tau_log2``, SPEC VI §2): sound across machines for the
+# float64 differences SPEC VI Notes measure across CPU capability, MKL path and threads (2^-12.0).
+DEFAULT_TAU_LOG2 = 10
 MAX_ENTRIES = 1 << 24
 MAX_LOG_BYTES = 64 * 1024 * 1024
 MAX_SITES = 1 << 40
@@ -84,21 +89,24 @@ class RoundingLog:
             + struct.pack("<Q", len(self.entries))
         )
         prev_site, prev_elem = -1, -1
-        groups: list[tuple[int, list[int]]] = []  # (site, fields) per run of one site
+        groups: list[tuple[int, list[int], list[int]]] = []  # (site, elements, directions)
         for site, elem, direction in self.entries:
             if not (0 <= site < self.sites and 0 <= elem < MAX_ELEMENT and direction in (0, 1)):
                 raise FormatError(f"rounding log: bad entry {(site, elem, direction)}")
             if (site, elem) <= (prev_site, prev_elem):
                 raise FormatError("rounding log: entries not strictly increasing")
             if site != prev_site:
-                groups.append((site, [2 * elem + direction]))
-            else:
-                groups[-1][1].append(2 * (elem - prev_elem) + direction)
+                groups.append((site, [], []))
+            groups[-1][1].append(elem)
+            groups[-1][2].append(direction)
             prev_site, prev_elem = site, elem
         prev_site = 0
-        for site, fields in groups:
-            out += _varint(site - prev_site) + _varint(len(fields) - 1)
-            out += b"".join(_varint(f) for f in fields)
+        for site, elems, dirs in groups:
+            gaps = [b - a - 1 for a, b in itertools.pairwise(elems)]
+            r = rice_parameter(gaps)
+            out += _varint(site - prev_site) + _varint(len(elems) - 1) + _varint(elems[0])
+            out.append(r)
+            out += _rice_bits(dirs, gaps, r)
             prev_site = site
         if len(out) > MAX_LOG_BYTES:
             raise FormatError(f"rounding log: {len(out)} bytes > {MAX_LOG_BYTES}")
@@ -110,10 +118,112 @@ def _check_header(job_id: bytes, interval: int, tau_log2: int, sites: int, trace
         raise FormatError("rounding log: job_id and trace are 32 bytes", reason=LOG_MALFORMED)
     if not MIN_TAU_LOG2 <= tau_log2 <= MAX_TAU_LOG2:
         raise FormatError(
-            f"rounding log: tau_log2 {tau_log2} outside [8, 24]", reason=LOG_MALFORMED
+            f"rounding log: tau_log2 {tau_log2} outside [{MIN_TAU_LOG2}, {MAX_TAU_LOG2}]",
+            reason=LOG_MALFORMED,
         )
     if not 0 <= interval < 1 << 63 or not 0 <= sites <= MAX_SITES:
         raise FormatError("rounding log: interval or site count out of range", reason=LOG_MALFORMED)
+
+
+def rice_parameter(gaps: list[int]) -> int:
+    """The Rice parameter of a group (SPEC VI §3): ``r = max(0, bit_length(m) − 1)`` with
+    ``m = ⌊Σ gaps / len(gaps)⌋``, the gaps being element differences minus one; 0 for none.
+
+    >>> rice_parameter([]), rice_parameter([0, 1]), rice_parameter([300, 500])
+    (0, 0, 8)
+    """
+    if not gaps:
+        return 0
+    return max(0, (sum(gaps) // len(gaps)).bit_length() - 1)
+
+
+def _rice_bits(dirs: list[int], gaps: list[int], r: int) -> bytes:
+    """``dirs`` as bits, then each gap as ``1^(g >> r) 0`` and its ``r`` low bits; padded."""
+    parts = ["".join("1" if d else "0" for d in dirs)]
+    low = (1 << r) - 1
+    for g in gaps:
+        parts.append("1" * (g >> r) + "0" + (format(g & low, f"0{r}b") if r else ""))
+    bits = "".join(parts)
+    bits += "0" * (-len(bits) % 8)
+    return int(bits, 2).to_bytes(len(bits) // 8, "big")
+
+
+class _Bits:
+    """A most-significant-bit-first reader over ``data[pos:]``, a window of bits at a time."""
+
+    WINDOW = 4096  # bytes turned into a bit string at once
+
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data, self.base, self.buf, self.i = data, pos, "", 0
+
+    def _fill(self, need: int) -> None:
+        while len(self.buf) - self.i < need:
+            start = self.base
+            if start >= len(self.data):
+                raise FormatError("rounding log: truncated bits", reason=LOG_MALFORMED)
+            chunk = self.data[start : start + self.WINDOW]
+            self.base += len(chunk)
+            cut = self.i - self.i % 8  # keep the buffer aligned to bytes
+            more = format(int.from_bytes(chunk, "big"), f"0{8 * len(chunk)}b")
+            self.buf, self.i = self.buf[cut:] + more, self.i - cut
+
+    def read(self, n: int) -> int:
+        if n == 0:
+            return 0
+        self._fill(n)
+        v = int(self.buf[self.i : self.i + n], 2)
+        self.i += n
+        return v
+
+    def flags(self, n: int) -> list[int]:
+        """``n`` single bits."""
+        self._fill(n)
+        out = [1 if c == "1" else 0 for c in self.buf[self.i : self.i + n]]
+        self.i += n
+        return out
+
+    def rice(self, n: int, r: int) -> list[int]:
+        """``n`` Rice-coded values of parameter ``r`` (SPEC VI §3); each below ``2^48``."""
+        out: list[int] = []
+        limit = MAX_ELEMENT >> r
+        for _ in range(n):
+            z = self.buf.find("0", self.i)
+            if z < 0 or len(self.buf) - z <= r:  # near the window's end: the careful path
+                q = self.unary(limit)
+                out.append((q << r) | self.read(r))
+                continue
+            q = z - self.i
+            if q > limit:
+                raise FormatError("rounding log: element out of range", reason=LOG_MALFORMED)
+            low = int(self.buf[z + 1 : z + 1 + r], 2) if r else 0
+            self.i = z + 1 + r
+            out.append((q << r) | low)
+        return out
+
+    def unary(self, limit: int) -> int:
+        """Count 1 bits up to the next 0 (consumed); more than ``limit`` is malformed."""
+        q = 0
+        while True:
+            self._fill(1)
+            z = self.buf.find("0", self.i)
+            if z >= 0:
+                q += z - self.i
+                self.i = z + 1
+                break
+            q += len(self.buf) - self.i
+            self.i = len(self.buf)
+            if q > limit:
+                break
+        if q > limit:
+            raise FormatError("rounding log: element out of range", reason=LOG_MALFORMED)
+        return q
+
+    def end(self) -> int:
+        """Check the padding of the current byte is zero; the byte position after it."""
+        pad = -self.i % 8
+        if pad and int(self.buf[self.i : self.i + pad], 2):
+            raise FormatError("rounding log: nonzero padding bits", reason=LOG_MALFORMED)
+        return self.base - (len(self.buf) - self.i - pad) // 8
 
 
 def _varint(n: int) -> bytes:
@@ -161,11 +271,11 @@ def decode_log(data: bytes) -> RoundingLog:
     trace = data[56:88]
     (count,) = struct.unpack_from("<Q", data, 88)
     _check_header(job_id, interval, tau_log2, sites, trace)
-    if count > MAX_ENTRIES or count > len(data) - HEADER_SIZE:
+    if count > MAX_ENTRIES or count > 8 * (len(data) - HEADER_SIZE):
         raise FormatError("rounding log: entry count exceeds limit or data", reason=LOG_MALFORMED)
     entries: list[tuple[int, int, int]] = []
     pos, site = HEADER_SIZE, 0
-    while len(entries) < count:  # groups: varint(site_delta) varint(n - 1) n fields
+    while len(entries) < count:  # groups: varint(site_delta) varint(n - 1) varint(e) u8(r) bits
         delta, pos = _read_varint(data, pos)
         if delta == 0 and entries:
             raise FormatError("rounding log: repeated site group", reason=LOG_MALFORMED)
@@ -173,16 +283,31 @@ def decode_log(data: bytes) -> RoundingLog:
         site += delta
         if site >= sites or n >= count - len(entries):
             raise FormatError("rounding log: site or group size out of range", reason=LOG_MALFORMED)
-        elem = -1
-        for j in range(n + 1):
-            field_, pos = _read_varint(data, pos)
-            step, direction = field_ >> 1, field_ & 1
-            if j > 0 and step == 0:
-                raise FormatError("rounding log: repeated element", reason=LOG_MALFORMED)
-            elem = step if j == 0 else elem + step
-            if elem >= MAX_ELEMENT:
-                raise FormatError("rounding log: element out of range", reason=LOG_MALFORMED)
-            entries.append((site, elem, direction))
+        elem, pos = _read_varint(data, pos)
+        if pos >= len(data):
+            raise FormatError("rounding log: truncated group", reason=LOG_MALFORMED)
+        r = data[pos]
+        if elem >= MAX_ELEMENT or r >= 48:
+            raise FormatError(
+                "rounding log: element or parameter out of range", reason=LOG_MALFORMED
+            )
+        bits = _Bits(data, pos + 1)
+        dirs = bits.flags(n + 1)
+        gaps = bits.rice(n, r)
+        elem += sum(gaps) + n
+        if elem >= MAX_ELEMENT:
+            raise FormatError("rounding log: element out of range", reason=LOG_MALFORMED)
+        if r != rice_parameter(gaps):
+            raise FormatError(
+                "rounding log: Rice parameter not the canonical one", reason=LOG_MALFORMED
+            )
+        pos = bits.end()
+        first = elem - sum(gaps) - n
+        e = first
+        for j, d in enumerate(dirs):
+            if j:
+                e += gaps[j - 1] + 1
+            entries.append((site, e, d))
     if pos != len(data):
         raise FormatError("rounding log: trailing bytes", reason=LOG_MALFORMED)
     return RoundingLog(bytes(job_id), interval, tau_log2, sites, bytes(trace), entries)
@@ -198,6 +323,6 @@ def check_binding(log: RoundingLog, *, job_id: bytes, interval: int, tau_log2: i
     if log.job_id != job_id or log.interval != interval or log.tau_log2 != tau_log2:
         raise FormatError(
             f"rounding log belongs to job {log.job_id.hex()[:12]}…, interval {log.interval}, "
-            f"tau 2^-{log.tau_log2}; expected interval {interval}",
+            f"tau 2^-{log.tau_log2}; expected interval {interval}, tau 2^-{tau_log2} (the job's)",
             reason=LOG_MISMATCH,
         )

@@ -24,7 +24,7 @@ from typing import Any
 
 from dk.errors import JobMismatch
 from dk.pol.backends.ext import log_ext, torch_release
-from dk.pol.backends.rounded import DEFAULT_TAU_LOG2, RoundedMode
+from dk.pol.backends.rounded import RoundedMode
 
 
 class RoundingRecorder:
@@ -56,7 +56,7 @@ class RoundingRecorder:
         """Start recording interval ``interval`` (the mode becomes active)."""
         self._interval = interval
         self._mode = RoundedMode.record(
-            job_id=self.job.job_id, interval=interval, tau_log2=DEFAULT_TAU_LOG2
+            job_id=self.job.job_id, interval=interval, tau_log2=self.job.rounding_tau_log2
         )
         self._mode.signatures = []
         self._step_mark = 0

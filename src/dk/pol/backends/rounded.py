@@ -35,6 +35,7 @@ from dk.errors import FormatError
 from dk.pol.backends import ops as op_tables
 from dk.pol.backends._scan import round_scan
 from dk.pol.backends.log import (
+    DEFAULT_TAU_LOG2,
     EMPTY_TRACE,
     LOG_INVALID,
     LOG_MISSING,
@@ -46,7 +47,6 @@ from dk.pol.backends.log import (
 )
 from dk.pol.backends.split import run_split
 
-DEFAULT_TAU_LOG2 = 12
 _M29 = (1 << 29) - 1
 _HALF = 1 << 28
 _TINY = 2.0**-125  # below this |value| the float32 gap is 2^-149 (subnormal spacing)
@@ -170,7 +170,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                 with self:
                     return decomposition_table[func](*args, **kwargs)
             if kind == op_tables.RANDOM:  # CPU generators fill serially (SPEC VI §1)
-                out = func(*args, **kwargs)
+                out = _random(func, args, kwargs)
                 if any(t.device.type != "cpu" for t in tree_flatten(out)[0] if _is_float(t)):
                     raise UnsupportedOp(f"rounded backend: {func} off the CPU (SPEC VI §1)")
                 return out
@@ -328,12 +328,41 @@ def _group(entries: list[tuple[int, int, int]]) -> dict[int, tuple[np.ndarray, n
     }
 
 
+def _random(func: Any, args: Any, kwargs: Any) -> Any:
+    """``rand`` as is; ``uniform(from, to)`` as a ``[0, 1)`` fill, then ``⊗ f32(to − from)``
+    and ``⊕ f32(from)`` as two float32 operations (SPEC VI §1): torch's own kernel fuses them
+    into a multiply-add on some CPUs and not on others."""
+    if func.overloadpacket.__name__.rstrip("_") != "uniform":
+        return func(*args, **kwargs)
+    v = dict(zip(("self", "from", "to"), args, strict=False))
+    lo, hi = (
+        float(kwargs.get("from", v.get("from", 0.0))),
+        float(kwargs.get("to", v.get("to", 1.0))),
+    )
+    gen = kwargs.get("generator")
+    self_ = v["self"]
+    u = func(self_, 0.0, 1.0, generator=gen)
+    if (lo, hi) == (0.0, 1.0):
+        return u
+    r = torch.add(torch.mul(u, _f32_scalar(hi - lo, u)), _f32_scalar(lo, u))
+    if func.overloadpacket.__name__.endswith("_"):
+        return self_.copy_(r)
+    return r
+
+
+def _f32_scalar(x: float, like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(x, dtype=like.dtype, device=like.device)
+
+
 def _is_float(a: object) -> bool:
     return isinstance(a, torch.Tensor) and a.is_floating_point()
 
 
 # Ops that write arguments their schema does not mark ``(a!)``: name -> (flag index, written).
 _UNMARKED_WRITES = {"native_batch_norm": (5, (3, 4))}
+
+
+_WRITES: dict[Any, tuple[tuple[int, str, bool], ...]] = {}
 
 
 def _written_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
@@ -344,10 +373,16 @@ def _written_args(func: Any, args: Any, kwargs: Any) -> list[torch.Tensor]:
         flag, idx = unmarked
         if len(args) > flag and args[flag]:
             out.extend(args[i] for i in idx if isinstance(args[i], torch.Tensor))
-    for i, arg in enumerate(func._schema.arguments):
-        if arg.alias_info is None or not arg.alias_info.is_write:
-            continue
-        val = args[i] if i < len(args) and not arg.kwarg_only else kwargs.get(arg.name)
+    writes = _WRITES.get(func)
+    if writes is None:  # the schema's written arguments, once per operation
+        writes = tuple(
+            (i, a.name, a.kwarg_only)
+            for i, a in enumerate(func._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write
+        )
+        _WRITES[func] = writes
+    for i, name, kwarg_only in writes:
+        val = args[i] if i < len(args) and not kwarg_only else kwargs.get(name)
         if isinstance(val, torch.Tensor):
             out.append(val)
         elif isinstance(val, list | tuple):
