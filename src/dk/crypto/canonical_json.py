@@ -180,6 +180,18 @@ def canonical_json(value: Any) -> bytes:
     return b"".join(out)
 
 
+def encode_parsed(value: Any) -> bytes:
+    """The canonical JSON bytes of a value :func:`parse_json` returned, unchanged (SPEC §1.3).
+
+    The bytes :func:`canonical_json` gives, without checking the value a second time (the parse
+    checked it: finite numbers, string keys, valid Unicode, bounded depth, integers in range).
+    A document is canonical iff these are the bytes it was parsed from (SPEC §11.2).
+    """
+    out: list[bytes] = []
+    _encode(value, out)
+    return b"".join(out)
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):  # name the first key seen twice
