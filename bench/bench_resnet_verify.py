@@ -13,7 +13,10 @@ Timed as separate processes from outside, imports included (CPU = user + system)
   separate ``dk prove`` of the same run, so the figure is the recorded training alone;
 * verify: ``dk verify --integrity challenged`` with s samples for 99 % detection of 10 %
   skipped intervals, top-q 0. Also printed: the fixed cost (from the same verification with one
-  sample) and the training length from which the target would be met with that fixed cost.
+  sample), split into start-up and imports before ``verify_bundle`` and the CPU inside it (where
+  torch is imported: the consumer's model is built there), next to the floors no dk change
+  removes (Python + NumPy, ``import torch``), and the training length from which the target
+  would be met with that fixed cost.
 
 Each verify figure is the minimum over ``DK_BENCH_REPS`` (default 3) runs; training runs once.
 """
@@ -26,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.bench_process import PY, ROOT, _best, _load, _verdict, timed
+from bench.bench_process import PY, ROOT, _best, _load, _verify_runs, report_verification, timed
 
 EXAMPLE = ROOT / "examples" / "resnet_images"
 TARGET = 0.03
@@ -67,21 +70,13 @@ def main() -> None:
               f"{pc:.2f} s CPU   {_load()}")  # fmt: skip
         base = [PY, "-m", "dk.cli", "verify", "bundle", "--job", "job.toml", "--integrity",
                 "challenged", "--beacon", "00" * 32, "--topq", "0", "--json"]  # fmt: skip
-        full, fixed = [], []
-        for _ in range(reps):
-            full.append(timed([*base, "--samples", str(s)], work))
-            fixed.append(timed([*base, "--samples", "1"], work))
-        (vw, vc), (w1, c1) = _best(full), _best(fixed)
-        fw, fc = (w1 - (vw - w1) / (s - 1), c1 - (vc - c1) / (s - 1)) if s > 1 else (w1, c1)
-        print(f"verification  s={s} (99% detection at 10% skipped), floor s/m {s / m:.4f}, "
-              f"target <= {TARGET}")  # fmt: skip
-        for name, v, f, t in (("wall", vw, fw, train[0]), ("CPU", vc, fc, train[1])):
-            variable = (v - f) / t
-            need = f / (TARGET - variable) if TARGET > variable else float("inf")
-            print(f"  {name:4s} verify {v:.2f} s / train {t:.1f} s = {v / t:.4f} "
-                  f"({_verdict(v / t, TARGET)})   fixed cost {f:.2f} s, variable part "
-                  f"{variable:.4f} x train; target met from ~{need:.0f} s of training")  # fmt: skip
-        print(f"  {_load()}")
+        runs = _verify_runs(base, work, s, reps)
+        py = _best([timed([PY, "-c", "import numpy"], work) for _ in range(reps)])
+        pt = _best([timed([PY, "-c", "import torch"], work) for _ in range(reps)])
+        floors = {"python + numpy": py[1], "import torch (less numpy)": pt[1] - py[1]}
+        print("verification  dk verify --integrity challenged / the worker's recorded training, "
+              "whole process")  # fmt: skip
+        report_verification(m, s, 1, TARGET, train, runs, floors, relative=False)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

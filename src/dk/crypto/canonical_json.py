@@ -11,6 +11,7 @@ written in plain decimal up to ``|n| < 2**64``, where JCS stops at ``2**53`` (I-
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -38,14 +39,36 @@ def _check(value: Any, depth: int = 0) -> None:
         raise FormatError(f"JSON nested deeper than {MAX_DEPTH}")
     if isinstance(value, dict):
         for k, v in value.items():
-            if not isinstance(k, str):
+            if type(k) is not str and not isinstance(k, str):
                 raise FormatError("JSON object keys must be strings")
-            _check_text(k)
-            _check(v, depth + 1)
+            if not k.isascii():  # ASCII text has no lone surrogates
+                _check_text(k)
+            _check_child(v, depth + 1)
     elif isinstance(value, list | tuple):
         for v in value:
-            _check(v, depth + 1)
-    elif isinstance(value, float):
+            _check_child(v, depth + 1)
+    else:
+        _check_scalar(value)
+
+
+def _check_child(v: Any, depth: int) -> None:
+    # The common leaves are checked here, without a call per leaf (same rules, same order).
+    t = type(v)
+    if t is str:
+        if not v.isascii():
+            _check_text(v)
+    elif t is int:
+        if not -INT_LIMIT < v < INT_LIMIT:
+            raise FormatError("JSON integers must lie strictly between -2**64 and 2**64")
+    elif t is float:
+        if not math.isfinite(v):
+            raise FormatError("JSON numbers must be finite")
+    elif t is not bool and v is not None:
+        _check(v, depth)
+
+
+def _check_scalar(value: Any) -> None:
+    if isinstance(value, float):
         if not math.isfinite(value):
             raise FormatError("JSON numbers must be finite")
     elif isinstance(value, str):
@@ -59,35 +82,88 @@ def _check(value: Any, depth: int = 0) -> None:
         raise FormatError(f"cannot encode {type(value).__name__} in canonical JSON")
 
 
+_NEEDS_ESCAPE = re.compile(r'[\x00-\x1f\\"]')  # what JSON.stringify escapes in a string
+
+
+def _str(s: str) -> bytes:
+    # RFC 8785 §3.2.2.2: a string without characters to escape is its UTF-8 bytes in quotes
+    # (byte-identical to ``rfc8785.dumps``, which the other strings still go through).
+    if _NEEDS_ESCAPE.search(s) is None:
+        return b'"' + s.encode("utf-8") + b'"'
+    return rfc8785.dumps(s)
+
+
+def _float(f: float) -> bytes:
+    # RFC 8785 §3.2.2.3 (ES Number::toString). ``rfc8785`` starts from ``str(f)``, the shortest
+    # round-trip digits, and only rewrites exponent forms and a trailing ``.0``; without an
+    # exponent its result is ``str(f)`` less that ``.0`` (and ``0`` for either zero), which this
+    # fast path writes directly. Exponent forms, NaN and infinities go to the library.
+    if f == 0:
+        return b"0"
+    s = str(f)
+    if "e" in s or not math.isfinite(f):
+        return rfc8785.dumps(f)
+    return (s[:-2] if s.endswith(".0") else s).encode("ascii")
+
+
+def _sorted_keys(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
+    # RFC 8785 §3.2.3: keys sorted by their UTF-16 code units (big-endian bytes compare alike),
+    # each with its encoded ``"key":`` prefix (``{`` or ``,`` included).
+    ordered = sorted(keys, key=lambda k: k.encode("utf-16-be"))
+    return tuple((k, (b"," if i else b"{") + _str(k) + b":") for i, k in enumerate(ordered))
+
+
+_cached_keys = functools.lru_cache(maxsize=1024)(_sorted_keys)
+_CACHED_KEYS_CHARS = 512  # only small key sets are cached (bounded memory on hostile input)
+
+
+def _keys(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
+    # Manifests repeat a few small key sets thousands of times: those are sorted once.
+    if len(keys) <= 32 and sum(map(len, keys)) <= _CACHED_KEYS_CHARS:
+        return _cached_keys(keys)
+    return _sorted_keys(keys)
+
+
 def _encode(value: Any, out: list[bytes]) -> None:
     # ``value`` has passed _check: finite floats, str keys, valid Unicode, bounded depth.
-    if value is None:
-        out.append(b"null")
-    elif value is True:
-        out.append(b"true")
-    elif value is False:
-        out.append(b"false")
-    elif isinstance(value, int):
-        out.append(str(int(value)).encode("ascii"))
-    elif isinstance(value, float | str):
-        out.append(rfc8785.dumps(value))  # ES Number::toString / JSON.stringify (RFC 8785 §3.2.2)
-    elif isinstance(value, dict):
-        out.append(b"{")
-        # RFC 8785 §3.2.3: keys sorted by UTF-16 code units (big-endian bytes compare alike).
-        for i, k in enumerate(sorted(value, key=lambda k: k.encode("utf-16-be"))):
-            if i:
-                out.append(b",")
-            out.append(rfc8785.dumps(k))
-            out.append(b":")
+    t = type(value)
+    if t is str:
+        out.append(_str(value))
+    elif t is float:
+        out.append(_float(value))
+    elif t is int:
+        out.append(str(value).encode("ascii"))
+    elif t is dict:
+        if not value:
+            out.append(b"{}")
+            return
+        for k, prefix in _keys(tuple(value)):
+            out.append(prefix)
             _encode(value[k], out)
         out.append(b"}")
-    else:
+    elif t is list or t is tuple:
         out.append(b"[")
         for i, v in enumerate(value):
             if i:
                 out.append(b",")
             _encode(v, out)
         out.append(b"]")
+    elif value is None:
+        out.append(b"null")
+    elif value is True:
+        out.append(b"true")
+    elif value is False:
+        out.append(b"false")
+    elif isinstance(value, int):  # subclasses (and NumPy scalars) as their plain values
+        out.append(str(int(value)).encode("ascii"))
+    elif isinstance(value, float):
+        out.append(_float(value))
+    elif isinstance(value, str):
+        out.append(_str(value))
+    elif isinstance(value, dict):
+        _encode(dict(value), out)
+    else:
+        _encode(list(value), out)
 
 
 def canonical_json(value: Any) -> bytes:
@@ -104,12 +180,26 @@ def canonical_json(value: Any) -> bytes:
     return b"".join(out)
 
 
+def encode_parsed(value: Any) -> bytes:
+    """The canonical JSON bytes of a value :func:`parse_json` returned, unchanged (SPEC §1.3).
+
+    The bytes :func:`canonical_json` gives, without checking the value a second time (the parse
+    checked it: finite numbers, string keys, valid Unicode, bounded depth, integers in range).
+    A document is canonical iff these are the bytes it was parsed from (SPEC §11.2).
+    """
+    out: list[bytes] = []
+    _encode(value, out)
+    return b"".join(out)
+
+
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in pairs:
-        if k in out:
-            raise FormatError(f"duplicate JSON key {k!r}")
-        out[k] = v
+    out = dict(pairs)
+    if len(out) != len(pairs):  # name the first key seen twice
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise FormatError(f"duplicate JSON key {k!r}")
+            seen.add(k)
     return out
 
 

@@ -53,11 +53,13 @@ class Replayer:
         if self.kernels is not None:  # dk kernels: torch is never imported (a fixed cost)
             return
         from dk.pol.models import build_fresh
-        from dk.pol.torch_adapter import make_loss, make_optimizer, replay_device
+        from dk.pol.replay_optim import ReplayOptimizer
+        from dk.pol.torch_adapter import make_loss, replay_device
 
         self.device = replay_device(job, device)
         self.model = build_fresh(job).to(self.device)
-        self.optimizer = make_optimizer(job, self.model.parameters())
+        # torch's own update without torch.optim.Optimizer, which imports torch._dynamo
+        self.optimizer: Any = ReplayOptimizer(job, self.model.parameters())
         self.loss_fn = make_loss(job, getattr(dataset, "output_dim", None))
 
     def run(

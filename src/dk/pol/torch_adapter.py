@@ -92,7 +92,8 @@ def deterministic(threads: int | None = 1) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(old_threads)
-        torch.use_deterministic_algorithms(old_det)
+        if torch.are_deterministic_algorithms_enabled() != old_det:  # (imports torch._dynamo)
+            torch.use_deterministic_algorithms(old_det)
 
 
 _ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")

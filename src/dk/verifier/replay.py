@@ -67,13 +67,21 @@ def _task(
     return held[i], held.get(i + 1), cks[i + 1].root, ivs[i].start_step, ivs[i].end_step, log
 
 
-class _HideScipy:
-    """An import finder (``sys.meta_path``) under which ``scipy`` is not installed."""
+#: Optional packages Numba's registries import only for features dk's kernels never use, each
+#: with the module whose presence means the cost is already paid (then it is not hidden).
+_HIDDEN_WHILE_KERNELS_LOAD = {"scipy": "scipy.linalg", "cffi": "cffi"}
+
+
+class _HideOptional:
+    """An import finder (``sys.meta_path``) under which the packages named are not installed."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> None:
-        if fullname == "scipy" or fullname.startswith("scipy."):
+        if fullname.partition(".")[0] in self.names:
             raise ModuleNotFoundError(
                 f"{fullname} is hidden while dk's kernels load", name=fullname
             )
@@ -82,26 +90,32 @@ class _HideScipy:
 
 @contextlib.contextmanager
 def _kernels_without_scipy(job: JobSpec) -> Iterator[None]:
-    """Load Numba's registries for dk's kernels without importing SciPy (0.3 s of CPU).
+    """Load Numba's registries for dk's kernels without importing SciPy or CFFI (0.35 s of CPU).
 
-    Numba's first compilation or cache load in a process imports its NumPy registries, whose
+    Numba's first compilation or cache load in a process imports its registries: NumPy's
     ``arraymath`` imports SciPy's BLAS bindings only to allow ``np.dot`` and ``np.linalg`` in
-    kernels. dk's kernels use neither (SPEC II §3: every reduction in a fixed order, no BLAS),
-    so an exact replay on them (registry models only: no consumer code runs) hides SciPy while
-    they load (Numba's own import may have loaded the light top-level ``scipy`` already).
-    Nothing changes where ``scipy.linalg`` or those registries are already loaded.
+    kernels, and ``cffi_utils`` builds a CFFI parser only to allow CFFI functions in kernels.
+    dk's kernels use neither (SPEC II §3: every reduction in a fixed order, no BLAS; no foreign
+    calls), so an exact replay on them (registry models only: no consumer code runs) hides
+    those packages while the kernels load; Numba then treats them as not installed (for the
+    rest of the process, where CFFI support in other kernels is off). A package whose cost is
+    paid already is not hidden (Numba's own import may load the light top-level
+    ``scipy``; ``scipy.linalg`` is the heavy part), and nothing is hidden once Numba's
+    registries are loaded.
     """
     from dk.pol.kernel_adapter import uses_kernels
 
-    if not uses_kernels(job) or {"scipy.linalg", "numba.np.arraymath"} & sys.modules.keys():
+    loaded = sys.modules.keys()
+    hide = [n for n, paid in _HIDDEN_WHILE_KERNELS_LOAD.items() if paid not in loaded]
+    if not uses_kernels(job) or "numba.np.arraymath" in loaded or not hide:
         yield
         return
-    hide = _HideScipy()
-    sys.meta_path.insert(0, hide)
+    finder = _HideOptional(hide)
+    sys.meta_path.insert(0, finder)
     try:
         yield
     finally:
-        sys.meta_path.remove(hide)
+        sys.meta_path.remove(finder)
 
 
 def _replay_parallel(

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from dk.crypto.canonical_json import encode_parsed
 from dk.crypto.hashing import digests_equal, parse_hex_digest
 from dk.crypto.keys import VerifyKey
 from dk.errors import BackendUnavailable, FormatError
@@ -141,7 +142,7 @@ def check_manifest(ctx: Context) -> None:
         man = parse_manifest(raw)
     except FormatError as e:
         ctx.fatal("manifest", e, Reason.MANIFEST_MALFORMED)
-    if raw != man.to_bytes():
+    if raw != encode_parsed(man.raw):  # = man.to_bytes(), the parse having checked the values
         ctx.fail("manifest", Reason.MANIFEST_MALFORMED, "manifest.json is not canonical JSON")
     ctx.man = man
     ctx.rep.job_id, ctx.rep.worker_key, ctx.rep.transcript_root = (

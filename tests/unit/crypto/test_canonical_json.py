@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from dk.crypto.canonical_json import MAX_DEPTH, canonical_json, parse_json
+from dk.crypto.canonical_json import MAX_DEPTH, canonical_json, encode_parsed, parse_json
 from dk.errors import FormatError
 
 
@@ -166,3 +166,38 @@ def test_deep_nesting_is_refused_even_with_a_raised_recursion_limit() -> None:
         assert len(parse_json(inside, limit=1 << 20)) == 2
     finally:
         sys.setrecursionlimit(old)
+
+
+def _random_doc(rng: np.random.Generator, depth: int = 0) -> object:
+    """A random JSON value: floats of every magnitude, strings with escapes and non-ASCII text
+    (astral characters included), small integers, nested objects and arrays."""
+    kind = int(rng.integers(0, 7 if depth < 4 else 4))
+    if kind == 0:
+        return float(rng.standard_normal() * 10.0 ** int(rng.integers(-9, 23)))
+    if kind == 1:
+        alphabet = ["a", "Z", "0", " ", '"', "\\", "\n", "\x01", "\x1f", "é", "€", "\U0001f600"]
+        return "".join(alphabet[int(i)] for i in rng.integers(0, len(alphabet), 6))
+    if kind == 2:
+        return int(rng.integers(-(2**53), 2**53))
+    if kind == 3:
+        return [None, True, False, 0.0, -0.0, 1.0, 100.0][int(rng.integers(0, 7))]
+    if kind == 4:
+        return [_random_doc(rng, depth + 1) for _ in range(int(rng.integers(0, 4)))]
+    keys = ["b", "a", "é", "\U0001f600", "\uffff", "k\n", "aa", ""]
+    return {keys[int(i)]: _random_doc(rng, depth + 1) for i in rng.integers(0, len(keys), 4)}
+
+
+def test_fast_paths_are_byte_identical_to_the_rfc8785_library() -> None:
+    """The encoder writes plain strings and fixed-notation floats itself (speed); on seeded
+    random documents its bytes are the library's (``rfc8785.dumps`` of the whole document)."""
+    import rfc8785
+
+    rng = np.random.default_rng(8785)
+    for _ in range(3000):
+        doc = _random_doc(rng)
+        text = canonical_json(doc)
+        assert text == rfc8785.dumps(doc), doc
+        assert encode_parsed(parse_json(text, limit=1 << 20)) == text  # what the verifier checks
+    for v in [1e-7, 1e-6, 1e-5, 1e-4, 0.1, 1.0, 10.0, 1e15, 1e16, 1e20, 1e21, 1e22, 5e-324]:
+        for x in (v, -v, v * 1.5, -v * 3.25):
+            assert canonical_json(x) == rfc8785.dumps(x), x

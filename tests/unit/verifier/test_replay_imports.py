@@ -1,6 +1,6 @@
-"""An exact replay on dk's kernels imports neither torch nor SciPy's linear algebra (issue 11
-§4: the fixed cost of a verifier process), and still judges: an honest bundle is accepted, a
-skipped interval rejected."""
+"""An exact replay on dk's kernels imports neither torch nor SciPy's linear algebra nor CFFI
+(issue 11 §4: the fixed cost of a verifier process), and still judges: an honest bundle is
+accepted, a skipped interval rejected."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ if sys.argv[3] == "numba-first":
 from dk.verifier import verify_bundle
 r = verify_bundle(sys.argv[1], sys.argv[2], beacon=bytes(32), samples=1000, topq=0)
 print(r.verdict, r.figures["replayed_intervals"], "scipy.linalg" in sys.modules,
-      "torch" in sys.modules)
+      "torch" in sys.modules, "cffi" in sys.modules, "numba.np.arraymath" in sys.modules)
 """
 
 
@@ -48,7 +48,9 @@ def _verify(bundle: Path, job: Path, first: str = "-") -> list[str]:
 
 
 def test_exact_replay_imports_neither_torch_nor_scipy(bundles: tuple[Path, Path, Path]) -> None:
+    """...nor CFFI (Numba's registries did load: the last figure)."""
     job, honest, skipped = bundles
-    assert _verify(honest, job) == ["accept", "4", "False", "False"]
-    assert _verify(skipped, job) == ["reject", "4", "False", "False"]
-    assert _verify(honest, job, "numba-first") == ["accept", "4", "False", "False"]
+    assert _verify(honest, job) == ["accept", "4", "False", "False", "False", "True"]
+    assert _verify(skipped, job) == ["reject", "4", "False", "False", "False", "True"]
+    want = ["accept", "4", "False", "False", "False", "True"]
+    assert _verify(honest, job, "numba-first") == want
