@@ -125,6 +125,25 @@ def read_rank_messages(bundle: Path, i: int, size: int) -> bytes | None:
     return read_rank_steps(bundle, i, size, suffix=RANK_MESSAGES_SUFFIX)
 
 
+def committed_messages(
+    data: bytes, i: int, a: int, n: int, size: int, committed: list[str]
+) -> list[list[bytes]] | None:
+    """``ranks/<i>.msg`` as ``[rank][step]`` messages if they hash (SPEC §11.6) to the
+    committed ``D_{r,i}`` of interval ``i`` (steps ``a … a+n−1``), else ``None``."""
+    from dk.pol.parallel import step_digest
+    from dk.pol.parallel_torch import split_messages
+
+    w = len(committed)
+    if len(data) != w * n * size:
+        return None
+    msgs = split_messages(data, w, n, size)
+    for r in range(w):
+        d = [step_digest(a + s, m) for s, m in enumerate(msgs[r])]
+        if interval_digest(i, r, d).hex() != committed[r]:
+            return None
+    return msgs
+
+
 def tolerant_blame(
     job: JobSpec, dataset: Any, bundle: Path, iv: Any, start: Any
 ) -> tuple[list[int], dict[str, Any]]:
@@ -138,8 +157,7 @@ def tolerant_blame(
     give).
     """
     from dk.pol.loss import loss_rtol
-    from dk.pol.parallel import step_digest
-    from dk.pol.parallel_torch import ParallelTorchSession, blame_tolerant, split_messages
+    from dk.pol.parallel_torch import ParallelTorchSession, blame_tolerant
     from dk.pol.sampler import job_sampler
 
     w, i = job.world_size, iv.index
@@ -149,11 +167,9 @@ def tolerant_blame(
     data = read_rank_messages(bundle, i, w * (b - a) * session.message_size)
     if data is None or len(committed) != w:
         return [0], {}
-    msgs = split_messages(data, w, b - a, session.message_size)
-    for r in range(w):
-        d = [step_digest(t, m) for t, m in zip(range(a, b), msgs[r], strict=True)]
-        if interval_digest(i, r, d).hex() != committed[r]:
-            return [0], {}
+    msgs = committed_messages(data, i, a, b - a, session.message_size, committed)
+    if msgs is None:
+        return [0], {}
     sampler = job_sampler(job, len(dataset))
     bad, fig = blame_tolerant(session, dataset, sampler, start, msgs, a, b, loss_rtol(job))
     return (bad or list(range(w))), fig
