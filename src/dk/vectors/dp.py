@@ -6,8 +6,8 @@ and interval digests (valid) or not the given one (invalid); signatures verify o
 signing digest or not. ``blame.json``: :func:`dk.verifier.blame.blame_interval` names the
 case's ranks. ``tolerant.json``: :func:`dk.verifier.blame.committed_messages` accepts the
 message evidence (valid) or not (blame rank 0), and the gradient distance has the case's bits
-and is within ``rtol`` (valid) or not. ``bundles.json``: verifying the bundle (recipes applied to a copy) gives the
-case's codes, blame and report digest.
+and is within ``rtol`` (valid) or not. ``bundles.json``: verifying the bundle (recipes
+applied to a copy) gives the case's codes, blame and report digest.
 """
 
 from __future__ import annotations
