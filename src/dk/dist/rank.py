@@ -124,6 +124,7 @@ def _write_rank_messages(run_dir: Path, engine: Any, interval: int) -> None:
     out = run_dir / RANK_STEPS_DIR
     out.mkdir(exist_ok=True)
     atomic_write(out / f"{interval}{RANK_MESSAGES_SUFFIX}", engine.messages(interval))
+    engine.drop_messages(interval)  # rank 0 holds one interval's messages at a time
 
 
 def _own_view(job: JobSpec, engine: Any, dataset: Any) -> dict[str, Any]:

@@ -234,6 +234,11 @@ class ParallelTorchSession:
             raise ValueError("this session does not keep messages")
         return b"".join(m for rank in self._messages.get(interval, []) for m in rank)
 
+    def drop_messages(self, interval: int) -> None:
+        """Drop an interval's kept messages once written (its digests stay)."""
+        if self._messages is not None:
+            self._messages.pop(interval, None)
+
     def forget(self, interval: int) -> None:
         """Drop an interval's digests and messages once written."""
         self._digests.pop(interval, None)

@@ -165,3 +165,43 @@ def test_the_process_group_backend_follows_the_device() -> None:
     assert process_group_backend("cpu") == "gloo"
     assert process_group_backend("cuda") == "nccl"
     assert process_group_backend("cuda:1") == "nccl"
+
+
+BN_MODEL = """import torch.nn as nn
+
+
+def build():
+    return nn.Sequential(nn.Linear(64, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 10))
+"""
+
+BN_JOB = """version = 2
+name = "bn"
+seed = 7
+[model]
+source = "model.py"
+[data]
+kind = "digits"
+[train]
+steps = 10
+batch_size = 16
+world_size = 2
+[pol]
+interval = 5
+mode = "tolerant"
+tolerance = 0.001
+"""
+
+
+def test_buffers_after_a_step_are_rank_0s(tmp_path: Path) -> None:
+    """A model file with BatchNorm (SPEC §8.5 tolerant mode): every rank loads rank 0's
+    running statistics after each step, so the ranks agree (else a rank refuses to sign) and
+    the simulation, which keeps rank 0's, replays them exactly."""
+    from dk.pol.job import load_job
+
+    (tmp_path / "model.py").write_text(BN_MODEL)
+    (tmp_path / "job.toml").write_text(BN_JOB)
+    job = load_job(tmp_path / "job.toml")
+    run_threads(job, tmp_path / "run")
+    bundle = prove_run(tmp_path / "run", job, KEYS[0], tmp_path / "bundle")
+    rep = verify_bundle(bundle, job, beacon=BEACON, samples=2, integrity="all")
+    assert rep.ok and rep.figures["max_l2_distance"] == 0.0, rep.to_dict()["findings"]
