@@ -20,6 +20,7 @@ computes every ``D``; the interval's ``ext.rank_digests`` is ``[hex(D_{0,i}), â€
 
 The verifier's replay is :class:`ParallelKernelSession` with no ``exchange``: it computes the
 ``W`` gradients itself in rank order, which is bit for bit what ``W`` processes compute.
+Tolerant-mode jobs run the same protocol on torch (:mod:`dk.pol.parallel_torch`).
 """
 
 from __future__ import annotations

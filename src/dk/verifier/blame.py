@@ -12,6 +12,11 @@ replayed ones and names the ranks at fault (``Report.blame``):
   checkpoint: all are blamed;
 * when ``ranks/<i>.bin`` is missing or does not hash to the committed digests, the evidence
   the bundle's submitter (rank 0) must supply is missing: rank 0 is blamed.
+
+Tolerant mode (:func:`tolerant_blame`, only for intervals outside the tolerance): the
+bundle's ``ranks/<i>.msg`` messages must hash to the committed digests (else rank 0); the
+verifier follows them and blames the ranks whose message is farther than ``ρ`` from its own
+recomputation of their shard gradient at the first step where any is (else every rank).
 """
 
 from __future__ import annotations
