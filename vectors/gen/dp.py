@@ -5,6 +5,8 @@
 * ``digests.json``: step digests, interval digests and the rank signing digest from given
   messages (invalid cases: a changed byte must change the digest);
 * ``blame.json``: the blame rule of §12.6 on given digests and evidence;
+* ``tolerant.json``: tolerant mode's message evidence (``ranks/<i>.msg`` against the committed
+  digests) and per-rank gradient distance (§12.6);
 * ``bundles.json`` with ``honest/`` and ``stale/``: two-rank bundles of ``job.toml`` (ranks as
   threads, fixed keys), verified with the zero beacon; expected verdict, codes, blame and
   report digest.
@@ -177,6 +179,64 @@ def _blame_cases() -> list[dict[str, Any]]:
     return c
 
 
+def _tolerant_cases() -> list[dict[str, Any]]:
+    """Tolerant mode (SPEC §12.6): the message evidence and the per-rank gradient distance."""
+    from dk.pol.parallel import grad_message, interval_digest, step_digest
+    from dk.pol.parallel_torch import gradient_distance
+
+    rng = np.random.default_rng(14)
+    shapes = {"fc0.bias": (3,), "fc0.weight": (3, 2)}
+
+    def grads() -> dict[str, np.ndarray]:
+        return {k: rng.standard_normal(v).astype(np.float32) for k, v in shapes.items()}
+
+    w, n, i, a = 2, 3, 1, 3
+    msgs = [[grad_message(grads()) for _ in range(n)] for _ in range(w)]
+    committed = [
+        interval_digest(i, r, [step_digest(a + s, m) for s, m in enumerate(msgs[r])]).hex()
+        for r in range(w)
+    ]
+    data = b"".join(m for r in msgs for m in r)
+    size = len(msgs[0][0])
+    ev = {
+        "kind": "evidence",
+        "interval": i,
+        "first_step": a,
+        "steps": n,
+        "size": size,
+        "committed": committed,
+    }
+    swapped = b"".join(m for r in msgs[::-1] for m in r)
+    cases: list[dict[str, Any]] = [
+        {**ev, "comment": "W·n messages, rank-major, hash to the committed digests",
+         "messages": data.hex(), "result": "valid", "blame": []},
+        {**ev, "comment": "a flipped bit: the evidence is the submitter's (rank 0)",
+         "messages": (data[:-1] + bytes([data[-1] ^ 1])).hex(), "result": "invalid",
+         "blame": [0], "expected_reason": "REPLAY_MISMATCH"},
+        {**ev, "comment": "ranks swapped (step-major or reordered evidence): rank 0",
+         "messages": swapped.hex(), "result": "invalid", "blame": [0],
+         "expected_reason": "REPLAY_MISMATCH"},
+        {**ev, "comment": "one message short: rank 0", "messages": data[:-size].hex(),
+         "result": "invalid", "blame": [0], "expected_reason": "REPLAY_MISMATCH"},
+    ]  # fmt: skip
+    rep = grads()
+    near = {k: (v * np.float32(1 + 3e-5)).astype(np.float32) for k, v in rep.items()}
+    stale = grads()
+    hx = {k: v.tobytes().hex() for k, v in rep.items()}
+    for comment, claimed, result in (
+        ("a rank's message within rho of the replayed gradient", near, "valid"),
+        ("a stale message (another batch's gradient) is beyond rho", stale, "invalid"),
+    ):
+        d = gradient_distance(claimed, rep)
+        case = {"kind": "distance", "comment": comment, "shapes": shapes, "replayed": hx,
+                "claimed": {k: v.tobytes().hex() for k, v in claimed.items()},
+                "rtol": 1e-4, "distance": d.hex(), "result": result}  # fmt: skip
+        if result == "invalid":
+            case["expected_reason"] = "REPLAY_MISMATCH"
+        cases.append(case)
+    return cases
+
+
 def _stale(t: int, r: int, fresh: Any, previous: Any) -> Any:
     return previous if previous is not None and t >= 7 else fresh
 
@@ -241,4 +301,5 @@ def generate(root: Path) -> None:
     write_cases(out / "ext.json", "dp-ext", _ids(_ext_cases()))
     write_cases(out / "digests.json", "dp-digests", _ids(_digest_cases()))
     write_cases(out / "blame.json", "dp-blame", _ids(_blame_cases()))
+    write_cases(out / "tolerant.json", "dp-tolerant", _ids(_tolerant_cases()))
     write_cases(out / "bundles.json", "dp-bundles", _ids(_bundle_cases(out)))

@@ -1,9 +1,9 @@
 """Generate ``vectors/market/cluster.json``: cluster orders (SPEC.md Part V §14).
 
 Case kinds: ``shares`` (§14.3), ``order_params`` (§14.1), ``rank_signature`` and
-``manifest`` (§14.4), ``ledger`` (§14.5–§14.6: a whole ledger with a released and a rejected
-2-rank order, and tampered, re-hashed copies the audit refuses). Deterministic: fixed keys,
-nonces, salt and injected time. Called by :mod:`vectors.gen.market`.
+``manifest`` (§14.4), ``ledger`` (§14.5–§14.6: a whole ledger with a released, a rejected
+and a whistled 2-rank order, and tampered, re-hashed copies the audit refuses).
+Deterministic: fixed keys, nonces, salt and injected time. Called by :mod:`vectors.gen.market`.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class _Report:
 
     verdict: str = "accept"
     blame: list[int] = field(default_factory=list)
+    challenged: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -189,10 +190,12 @@ class _Clock:
 
 
 def _ledger_flow() -> list[dict[str, Any]]:
-    """Order A (2 ranks) released with split pay; order B (2 ranks) rejected blaming rank 1."""
+    """Order A (2 ranks) released with split pay; order B (2 ranks) rejected blaming rank 1;
+    order C (2 ranks) accepted, then a true whistle whose replay blames rank 1 (§13, §14.5)."""
     from vectors.gen.market import VALIDATOR_SEEDS
 
     verdicts: dict[str, _Report] = {}
+    replays = {"c": _Report("reject", [1])}  # the market's replay of C's whistled interval
     with tempfile.TemporaryDirectory() as d:
         clock = _Clock()
         cfg = MarketConfig(k=2, n=3, window=100, clock="test", share_timeout=50)
@@ -202,8 +205,9 @@ def _ledger_flow() -> list[dict[str, Any]]:
             salt=b"cluster",
             clock=clock,
             verify=lambda bundle, *a, **kw: verdicts[Path(bundle).name],
+            replay=lambda bundle, *a, **kw: replays[Path(bundle).name],
         )
-        names = ["consumer", "w0", "w1", "v0", "v1", "v2"]
+        names = ["consumer", "w0", "w1", "v0", "v1", "v2", "wb"]
         nonce = iter(range(1, 1000))
         keys = {n: SigningKey(bytes([90 + i]) * 32) for i, n in enumerate(names)}
         keys["w0"], keys["w1"] = RANK_KEYS[0], RANK_KEYS[1]
@@ -218,7 +222,8 @@ def _ledger_flow() -> list[dict[str, Any]]:
         for n, key in bls.items():
             pop = key.bls.pop_prove(key.sk).hex()
             req(n, "register_validator", bls_pk=key.pk.hex(), pop=pop, stake=100)
-        for label, report in (("a", _Report()), ("b", _Report("reject", [1]))):
+        orders = (("a", _Report()), ("b", _Report("reject", [1])), ("c", _Report(challenged=[0])))
+        for label, report in orders:
             oid = req(
                 "consumer", "order", job_id=JOB_ID.hex(), max_price=200, min_stake=20,
                 deadline=T + 1000, world_size=2, policy={"samples": 1},
@@ -247,6 +252,12 @@ def _ledger_flow() -> list[dict[str, Any]]:
                 req(n, "attest", order_id=oid, report_digest=digest.hex(), signature=sig)
             clock.t += 1
             m.accept(oid)
+            if label == "c":  # a whistle on the attested interval 0; the replay blames rank 1
+                wid = req("wb", "whistle", order_id=oid, interval=0, deposit=10)["whistle_id"]
+                clock.t += 1
+                out = m.resolve_whistle(wid, bundle, _ClusterJob())
+                assert out["upheld"] and out["blame"] == [1], out
+                continue
             clock.t += 100
             m.settle(oid)
         chain = [
@@ -272,7 +283,11 @@ def _ledger_cases(cases: list[dict[str, Any]]) -> None:
     def add(comment: str, events: list[dict[str, Any]], reason: str | None = None) -> None:
         _case(cases, "ledger", comment, reason, events=events)
 
-    add("two 2-rank orders: one released with split pay, one rejected blaming rank 1", chain)
+    add(
+        "three 2-rank orders: one released with split pay, one rejected blaming rank 1, one "
+        "accepted and then slashed by a true whistle blaming rank 1",
+        chain,
+    )
 
     def pay_rank0(b: dict[str, Any]) -> None:
         moves = [mv for mv in b["moves"] if not mv[0].startswith("escrow:")]
@@ -306,6 +321,37 @@ def _ledger_cases(cases: list[dict[str, Any]]) -> None:
     add(
         "blame rewritten to rank 0 after rank 1 was slashed",
         forged("verify", lambda b: b["data"].update(blame=[0]), rejected),
+        "SLASH_MISMATCH",
+    )
+
+    upheld = lambda d: bool(d.get("upheld"))  # noqa: E731
+
+    def whistle_takes_rank0(b: dict[str, Any]) -> None:
+        whistler = f"acct:{b['data']['whistler']}"
+        for mv in b["moves"]:
+            if mv[0].endswith(":r0"):
+                mv[1] = whistler
+
+    add(
+        "a true whistle also takes the unblamed rank 0's stake",
+        forged("resolve_whistle", whistle_takes_rank0, upheld),
+        "SLASH_MISMATCH",
+    )
+
+    def whistle_stake_to_consumer(b: dict[str, Any]) -> None:
+        consumer = next(mv[1] for mv in b["moves"] if mv[0].startswith("escrow:"))
+        for mv in b["moves"]:
+            if mv[0].endswith(":r1"):
+                mv[1] = consumer
+
+    add(
+        "a true whistle pays the blamed rank's stake to the consumer, not the whistleblower",
+        forged("resolve_whistle", whistle_stake_to_consumer, upheld),
+        "SLASH_MISMATCH",
+    )
+    add(
+        "a true whistle's blame rewritten to rank 0 after rank 1 was slashed",
+        forged("resolve_whistle", lambda b: b["data"].update(blame=[0]), upheld),
         "SLASH_MISMATCH",
     )
 

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from dk.dist.comm import DEFAULT_TIMEOUT_S, init_gloo, shutdown
+from dk.dist.comm import DEFAULT_TIMEOUT_S, init_group, shutdown
 
 
 def rank_key_path(key_dir: str | Path, rank: int) -> Path:
@@ -31,13 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from dk.crypto.keys import load_signing_key
     from dk.dist.rank import train_rank
+    from dk.pol.job import as_job
 
     rank = -1
     try:
-        comm = init_gloo(timeout_s=args.timeout)
+        job = as_job(args.job)
+        device = str(job.train.get("device", "cpu"))  # gloo on CPU, NCCL on CUDA
+        comm = init_group(device=device, timeout_s=args.timeout)
         rank = comm.rank
         key = load_signing_key(rank_key_path(args.key_dir, rank))
-        train_rank(args.job, args.out, comm=comm, key=key)
+        train_rank(job, args.out, comm=comm, key=key)
     except Exception as e:
         print(f"dk rank {rank}: {type(e).__name__}: {e}".splitlines()[0], file=sys.stderr)
         return 1

@@ -32,7 +32,12 @@ from dk.pol.checkpoint import checkpoint_root, update_norm
 from dk.pol.data import load_dataset
 from dk.pol.job import JobSpec, as_job
 from dk.pol.parallel import Fault, Grads, ParallelKernelSession
-from dk.pol.rank_ext import RANK_SIGNATURES, RANK_STEPS_DIR, rank_signing_digest
+from dk.pol.rank_ext import (
+    RANK_MESSAGES_SUFFIX,
+    RANK_SIGNATURES,
+    RANK_STEPS_DIR,
+    rank_signing_digest,
+)
 from dk.pol.run import RunInfo, atomic_write, write_run
 from dk.pol.sampler import job_sampler
 
@@ -82,7 +87,30 @@ def fault_from_env(rank: int) -> Fault | None:
     raise ValueError(f"{FAULT_ENV}={spec!r}: expected stale:R or die:R:T")
 
 
-def _write_rank_steps(run_dir: Path, engine: ParallelKernelSession, info: RunInfo) -> None:
+def make_engine(
+    job: JobSpec,
+    dataset: Any,
+    *,
+    rank: int,
+    exchange: Any,
+    fault: Fault | None,
+) -> Any:
+    """The rank's step engine: dk's kernels in exact mode, torch in tolerant mode (§8.5)."""
+    if job.mode == "tolerant":
+        from dk.pol.parallel_torch import ParallelTorchSession
+
+        return ParallelTorchSession(
+            job,
+            output_dim=getattr(dataset, "output_dim", None),
+            rank=rank,
+            exchange=exchange,
+            fault=fault,
+            keep_messages=rank == 0,
+        )
+    return ParallelKernelSession(job, rank=rank, exchange=exchange, fault=fault)
+
+
+def _write_rank_steps(run_dir: Path, engine: Any, info: RunInfo) -> None:
     """``RUN/ranks/<i>.bin``: each rank's step digests of interval ``i``, rank-major."""
     out = run_dir / RANK_STEPS_DIR
     out.mkdir(exist_ok=True)
@@ -91,7 +119,15 @@ def _write_rank_steps(run_dir: Path, engine: ParallelKernelSession, info: RunInf
         atomic_write(out / f"{iv.index}.bin", data)
 
 
-def _own_view(job: JobSpec, engine: ParallelKernelSession, dataset: Any) -> dict[str, Any]:
+def _write_rank_messages(run_dir: Path, engine: Any, interval: int) -> None:
+    """Tolerant mode: ``RUN/ranks/<i>.msg``, the interval's messages, rank-major (§11.6)."""
+    out = run_dir / RANK_STEPS_DIR
+    out.mkdir(exist_ok=True)
+    atomic_write(out / f"{interval}{RANK_MESSAGES_SUFFIX}", engine.messages(interval))
+    engine.drop_messages(interval)  # rank 0 holds one interval's messages at a time
+
+
+def _own_view(job: JobSpec, engine: Any, dataset: Any) -> dict[str, Any]:
     """A rank other than 0: train, computing checkpoint roots and update norms itself."""
     sampler = job_sampler(job, len(dataset))
     spe = sampler.steps_per_epoch
@@ -112,7 +148,7 @@ def _own_view(job: JobSpec, engine: ParallelKernelSession, dataset: Any) -> dict
 def _check_manifest(
     m: dict[str, Any],
     job: JobSpec,
-    engine: ParallelKernelSession,
+    engine: Any,
     view: dict[str, Any] | None,
     ranks: list[dict[str, Any]],
     data_root: str,
@@ -177,9 +213,14 @@ def train_rank(
     keys = comm.all_gather_bytes(key.verify_key.raw)
     ranks: list[dict[str, Any]] = [{"rank": r, "worker_key": k.hex()} for r, k in enumerate(keys)]
     dataset = load_dataset(job)
-    engine = ParallelKernelSession(
-        job, rank=rank, exchange=comm.all_gather_bytes, fault=fault or fault_from_env(rank)
+    engine = make_engine(
+        job,
+        dataset,
+        rank=rank,
+        exchange=comm.all_gather_bytes,
+        fault=fault or fault_from_env(rank),
     )
+    tolerant = job.mode == "tolerant"
     info: RunInfo | None = None
     view: dict[str, Any] | None = None
     if rank == 0:
@@ -189,8 +230,11 @@ def train_rank(
         rec = Recorder(job, out, dataset=dataset, engine=engine, progress=progress)
         rec.info.ext = {**(rec.info.ext or {}), "ranks": ranks}
         rec.start_engine()
-        for _ in range(job.steps):
+        ck_steps = job.checkpoint_steps()
+        for t in range(job.steps):
             rec.engine_step()
+            if tolerant and t + 1 in ck_steps:  # each interval's messages, then drop them
+                _write_rank_messages(out, engine, t // job.interval)
         info = rec.finish()
         for iv in info.intervals:
             iv.ext = {**(iv.ext or {}), "rank_digests": engine.rank_digests(iv.index)}

@@ -52,16 +52,18 @@ class _Rank:
     ) -> bool:
         """Train as ``rank``; True when done (rank 0 has written the run)."""
         from dk.crypto.keys import load_signing_key
-        from dk.dist.comm import init_gloo, shutdown
+        from dk.dist.comm import init_group, shutdown
         from dk.dist.rank import FAULT_ENV, train_rank
 
         if fault:  # test seam, as under torchrun
             os.environ[FAULT_ENV] = fault
-        comm = init_gloo(rank=rank, world_size=world, address=address, timeout_s=timeout_s)
+        job = JobSpec(spec, Path(base_dir))
+        device = str(job.train.get("device", "cpu"))  # gloo on CPU, NCCL on CUDA
+        comm = init_group(
+            device=device, rank=rank, world_size=world, address=address, timeout_s=timeout_s
+        )
         try:
-            train_rank(
-                JobSpec(spec, Path(base_dir)), run_dir, comm=comm, key=load_signing_key(key_path)
-            )
+            train_rank(job, run_dir, comm=comm, key=load_signing_key(key_path))
         finally:
             shutdown()
         return True
@@ -117,7 +119,10 @@ def train_on_ray(
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
     env = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": os.environ.get("NUMBA_NUM_THREADS", "1")}
-    actor: Any = ray.remote(num_cpus=1, max_restarts=0, runtime_env={"env_vars": env})(_Rank)
+    gpus = 1 if str(job.train.get("device", "cpu")).startswith("cuda") else 0  # NCCL ranks
+    actor: Any = ray.remote(
+        num_cpus=1, num_gpus=gpus, max_restarts=0, runtime_env={"env_vars": env}
+    )(_Rank)
     ranks: list[Any] = [actor.remote() for _ in range(w)]
     try:
         init = ray.get(ranks[0].endpoint.remote(), timeout=timeout_s)

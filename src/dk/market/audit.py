@@ -341,10 +341,11 @@ def _resolve_whistle(
     wid = data["whistle_id"]
     if data.get("upheld"):
         whistler = f"acct:{data['whistler']}"
+        stakes = {f"stake:{oid}", *a.cluster.holders(oid)}  # a cluster's rank stakes (§14.5)
         reward = sum(
             m[2]
             for m in a.moves
-            if m[1] == whistler and (str(m[0]).startswith("vstake:") or m[0] == f"stake:{oid}")
+            if m[1] == whistler and (str(m[0]).startswith("vstake:") or m[0] in stakes)
         )
         paid = sum(m[2] for m in a.moves if m[0] == TREASURY)
         want = min(a.held[TREASURY] + paid, max(0, a.config.whistle_payout - reward))

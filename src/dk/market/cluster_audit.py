@@ -3,7 +3,9 @@
 Called by :mod:`dk.market.audit` for every event. Problems start with a reason code:
 ``RANK_MISMATCH`` (a match whose rank slots break §14.2), ``SHARE_MISMATCH`` (shares that are
 not §14.3's rule, or a release that does not pay them), ``SLASH_MISMATCH`` (a rank stake
-moved anywhere but to its own worker or, for a guilty rank, to the beneficiary).
+moved anywhere but to its own worker or, for a guilty rank, to the beneficiary: the consumer
+on a rejecting verification, the challenger of an upheld challenge, the whistleblower of a
+true whistle).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class ClusterAudit:
     def __init__(self) -> None:
         self.orders: dict[str, dict[str, Any]] = {}
         self.challengers: dict[str, str | None] = {}
+        self.whistlers: dict[str, str | None] = {}
 
     def holders(self, order_id: str) -> list[str]:
         """The rank stake holders of a cluster order (none for an ordinary order)."""
@@ -45,6 +48,8 @@ class ClusterAudit:
             return
         if kind == "challenge":
             self.challengers[str(data["challenge_id"])] = signer
+        if kind == "whistle":
+            self.whistlers[str(data["whistle_id"])] = signer
         o = self.orders.get(str(oid))
         if o is None:
             if kind == "match" and "ranks" in data:
@@ -65,6 +70,10 @@ class ClusterAudit:
         elif kind == "resolve" and data.get("upheld"):
             guilty = guilty_ranks(data.get("blame", []), o["size"])
             to = self.challengers.get(str(data["challenge_id"]))
+            self.stakes(seq, str(oid), o, _moves(moves), guilty, to, bad)
+        elif kind == "resolve_whistle" and data.get("upheld"):  # a true whistle (§14.5)
+            guilty = guilty_ranks(data.get("blame", []), o["size"])
+            to = self.whistlers.get(str(data["whistle_id"]))
             self.stakes(seq, str(oid), o, _moves(moves), guilty, to, bad)
         elif kind == "settle":
             self.settle(seq, str(oid), o, data, _moves(moves), bad)

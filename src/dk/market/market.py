@@ -474,13 +474,15 @@ class Market:
             raise MarketRefused("BAD_STATE", f"{whistle_id} is already {w['state']}")
         order = self.order(w["order_id"])
         self._bundle_for(order, bundle_dir, job)
-        result = self._replay(
-            Path(bundle_dir), job, int(w["interval"]), **profiles.tolerance_of(order)
+        result, blame = cluster_flow.judge(  # a cluster order: blame by rank (SPEC V §14.5)
+            self.ledger.con,
+            w["order_id"],
+            self._replay(Path(bundle_dir), job, int(w["interval"]), **profiles.tolerance_of(order)),
         )
         verdict = results.verdict_of(result)
         now = self.now()
         with self.ledger.transaction("resolve_whistle", at=now) as tx:
-            whistle.record_whistle(self._ctx(), tx, whistle_id, verdict, now)
+            whistle.record_whistle(self._ctx(), tx, whistle_id, verdict, now, blame=blame)
             return dict(tx.data)
 
     def treasury(self) -> dict[str, Any]:

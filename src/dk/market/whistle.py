@@ -12,9 +12,10 @@ that one interval of the committed bundle (``replay_interval`` at the order's to
 
 * ``reject``: the whistle is **true**. The attesters signed a report whose own challenge
   fails: each attester's whole stake is slashed to the whistleblower (it becomes ``slashed``);
-  the worker's stake for the order goes to the whistleblower, the escrow back to the
-  consumer (outcome ``slashed``); the deposit returns; if the slashed stakes come to less than
-  ``whistle_payout`` the treasury pays the difference, as far as it holds. Other open
+  the worker's stake for the order goes to the whistleblower (on a cluster order only the
+  blamed ranks' stakes, rank 0's when the replay names none: SPEC V §14.5), the escrow back
+  to the consumer (outcome ``slashed``); the deposit returns; if the slashed stakes come to
+  less than ``whistle_payout`` the treasury pays the difference, as far as it holds. Other open
   challenges and whistles of the order are voided (bonds and deposits returned).
 * ``accept`` (or an interval the recorded challenge does not hold): the whistle is **false**
   and its deposit goes to the treasury (not to the attesters: a false whistle must not be a
@@ -113,14 +114,38 @@ def void_open(tx: Tx, order_id: str, *, keep: str | None = None) -> list[str]:
     return voided
 
 
-def record_whistle(ctx: Context, tx: Tx, whistle_id: str, verdict: str, now: int) -> None:
+def _guilty_stake(tx: Tx, order_id: str, blame: list[int] | None) -> int:
+    """What a true whistle takes from the worker side: the order's stake, or on a cluster
+    order (SPEC V §14.5) the stakes of the guilty ranks (the blamed ones, else rank 0)."""
+    from dk.market import cluster, cluster_flow
+    from dk.market.orders import stake
+
+    size = cluster_flow.world_size(tx.con, order_id)
+    if size == 1:
+        return tx.amount(stake(order_id))
+    guilty = cluster.guilty_ranks(blame or [], size)
+    return sum(tx.amount(cluster_flow.rank_stake(order_id, r)) for r in guilty)
+
+
+def record_whistle(
+    ctx: Context,
+    tx: Tx,
+    whistle_id: str,
+    verdict: str,
+    now: int,
+    *,
+    blame: list[int] | None = None,
+) -> None:
     """Apply a whistle's outcome from the replay ``verdict`` of its interval (SPEC V §13.2).
+
+    ``blame``: the ranks the replay names; on a cluster order a true whistle takes only the
+    guilty ranks' stakes (the blamed ranks, rank 0 when none is named), as a challenge does
+    (SPEC V §14.5); the other ranks get theirs back.
 
     Raises:
         MarketRefused: ``UNKNOWN_WHISTLE``, ``BAD_STATE``.
     """
     from dk.market.challenges import bond
-    from dk.market.orders import stake
     from dk.market.results import pay_out
 
     w = tx.one("SELECT * FROM whistles WHERE whistle_id = ?", (whistle_id,))
@@ -155,8 +180,8 @@ def record_whistle(ctx: Context, tx: Tx, whistle_id: str, verdict: str, now: int
     )
     tx.data["outcome"] = "slashed"
     tx.move(holder, acct(whistler), tx.amount(holder))
-    worker_stake = tx.amount(stake(order["order_id"]))
-    pay_out(tx, order, escrow_to=order["consumer"], stake_to=whistler)
+    worker_stake = _guilty_stake(tx, order["order_id"], blame)
+    pay_out(tx, order, escrow_to=order["consumer"], stake_to=whistler, blame=blame or [])
     slashed: dict[str, int] = {}
     for v in json.loads(order["attesters"] or "[]"):
         held = tx.amount(vstake(v))

@@ -317,8 +317,19 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
             f"pol.backend = 'dk' (reproducible kernels) does not support {beyond[0]}; "
             "use backend = 'torch' (same machine only) or mode = 'tolerant'"
         )
-    if t.get("world_size", 1) > 1 and (p["backend"] != "dk" or p["mode"] != "exact"):
-        raise _fail("train.world_size > 1 runs in exact mode on pol.backend = 'dk' (SPEC §8.5)")
+    if t.get("world_size", 1) > 1:  # SPEC §8.5: exact on dk's kernels, or tolerant on torch
+        w = t["world_size"]
+        exact_dk = p["backend"] == "dk" and p["mode"] == "exact"
+        tolerant = p["backend"] == "torch" and p["mode"] == "tolerant"
+        if not (exact_dk or tolerant):
+            raise _fail(
+                "train.world_size > 1 runs in exact mode on pol.backend = 'dk' or in tolerant "
+                "mode on pol.backend = 'torch' (SPEC §8.5)"
+            )
+        if tolerant and (t["compression"] or "dp" in t):
+            raise _fail("a tolerant train.world_size > 1 job runs without compression or DP-SGD")
+        if (t["batch_size"] // w) % t.get("accumulation", 1):
+            raise _fail("train.accumulation must divide each rank's batch_size / world_size")
     # τ = 2^-k of a float32 gap (SPEC VI §2): in the normal form of every rounded job, absent
     # from every other job (whose job_id is unchanged by this key).
     if p["backend"] == "rounded":

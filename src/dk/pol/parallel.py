@@ -20,12 +20,13 @@ computes every ``D``; the interval's ``ext.rank_digests`` is ``[hex(D_{0,i}), â€
 
 The verifier's replay is :class:`ParallelKernelSession` with no ``exchange``: it computes the
 ``W`` gradients itself in rank order, which is bit for bit what ``W`` processes compute.
+Tolerant-mode jobs run the same protocol on torch (:mod:`dk.pol.parallel_torch`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -249,8 +250,26 @@ class ParallelKernelSession(KernelSession):
         self._digests.pop(interval, None)
 
 
+class StepEngine(Protocol):
+    """What :func:`replay_parallel` needs of a data-parallel session (kernels or torch)."""
+
+    job: JobSpec
+
+    def restore(self, ck: Mapping[str, np.ndarray], step: int | None = None) -> None:
+        """Load a checkpoint; ``step`` is the next step."""
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        """One step on the global batch."""
+
+    def snapshot(self, step: int, steps_per_epoch: int) -> dict[str, np.ndarray]:
+        """The checkpoint at ``step``."""
+
+    def step_digests(self, interval: int) -> list[list[bytes]]:
+        """Each rank's step digests of ``interval``."""
+
+
 def replay_parallel(
-    session: ParallelKernelSession,
+    session: StepEngine,
     dataset: Any,
     sampler: Any,
     start: Mapping[str, np.ndarray],

@@ -18,6 +18,8 @@ from dk.errors import FormatError
 MAX_RANKS = 1024
 RANK_SIGNATURES = "rank_signatures.json"  # in a run directory, written last (SPEC §11.6)
 RANK_STEPS_DIR = "ranks"  # ranks/<i>.bin: step digests of interval i (run and bundle)
+#: Tolerant mode: ranks/<i>.msg, the interval's messages, rank-major (SPEC §11.6).
+RANK_MESSAGES_SUFFIX = ".msg"
 _HEX = frozenset("0123456789abcdef")
 
 

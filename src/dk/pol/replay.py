@@ -52,6 +52,14 @@ class Replayer:
             self.kernels = ParallelKernelSession(job)
         if self.kernels is not None:  # dk kernels: torch is never imported (a fixed cost)
             return
+        #: Tolerant data-parallel jobs: the ranks simulated on torch (SPEC §8.5).
+        self.parallel: Any = None
+        if job.world_size > 1:
+            from dk.pol.parallel_torch import ParallelTorchSession
+
+            out_dim = getattr(dataset, "output_dim", None)
+            self.parallel = ParallelTorchSession(job, output_dim=out_dim, device=device)
+            return
         from dk.pol.models import build_fresh
         from dk.pol.replay_optim import ReplayOptimizer
         from dk.pol.torch_adapter import make_loss, replay_device
@@ -92,6 +100,15 @@ class Replayer:
                 loss = self.kernels.step(self.dataset.X[idx], self.dataset.y[idx])
                 self.step_losses.append(loss)
             return self.kernels.snapshot(end_step, self.sampler.steps_per_epoch)
+        if self.parallel is not None:  # tolerant, W ranks on torch in rank order
+            from dk.pol.parallel import replay_parallel
+            from dk.pol.torch_adapter import deterministic
+
+            with deterministic(self.threads):
+                end, _ = replay_parallel(
+                    self.parallel, self.dataset, self.sampler, start, start_step, end_step
+                )
+            return end
         from dk.pol.torch_adapter import compress_hook, deterministic, make_codec, restore, snapshot
 
         codec = make_codec(self.job)  # fresh state machine; its state comes from ``start``

@@ -124,7 +124,7 @@ def prove_run(
     m = build_manifest(run, key.verify_key.raw)
     if job.world_size > 1:  # SPEC §11.6: every rank signed this root
         m["rank_signatures"] = rank_signatures_for(run_dir, m)
-        _copy_rank_steps(run_dir, out, m)
+        _copy_rank_steps(run_dir, out, m, tolerant=job.mode == "tolerant")
     for ck in m["checkpoints"]:
         src = run_dir / ck["blob"]
         if not src.is_file():
@@ -176,16 +176,18 @@ def rank_signatures_for(run_dir: Path, m: dict[str, Any]) -> list[str]:
     return list(sigs)
 
 
-def _copy_rank_steps(run_dir: Path, out: Path, m: dict[str, Any]) -> None:
-    """``ranks/<i>.bin`` (each rank's step digests, SPEC §11.6) into the bundle."""
-    from dk.pol.rank_ext import RANK_STEPS_DIR
+def _copy_rank_steps(run_dir: Path, out: Path, m: dict[str, Any], *, tolerant: bool) -> None:
+    """``ranks/<i>.bin`` (each rank's step digests, SPEC §11.6) into the bundle, and in
+    tolerant mode ``ranks/<i>.msg`` (the messages themselves)."""
+    from dk.pol.rank_ext import RANK_MESSAGES_SUFFIX, RANK_STEPS_DIR
 
     (out / RANK_STEPS_DIR).mkdir(exist_ok=True)
     for iv in m["intervals"]:
-        name = f"{RANK_STEPS_DIR}/{iv['index']}.bin"
-        if not (run_dir / name).is_file():
-            raise FormatError(f"run is missing {name}")
-        _link_or_copy(run_dir / name, out / name)
+        for suffix in (".bin", RANK_MESSAGES_SUFFIX) if tolerant else (".bin",):
+            name = f"{RANK_STEPS_DIR}/{iv['index']}{suffix}"
+            if not (run_dir / name).is_file():
+                raise FormatError(f"run is missing {name}")
+            _link_or_copy(run_dir / name, out / name)
 
 
 def train(

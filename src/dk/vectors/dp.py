@@ -4,8 +4,10 @@
 must parse (valid) or be ``MANIFEST_MALFORMED``. ``digests.json``: the messages give the step
 and interval digests (valid) or not the given one (invalid); signatures verify over the rank
 signing digest or not. ``blame.json``: :func:`dk.verifier.blame.blame_interval` names the
-case's ranks. ``bundles.json``: verifying the bundle (recipes applied to a copy) gives the
-case's codes, blame and report digest.
+case's ranks. ``tolerant.json``: :func:`dk.verifier.blame.committed_messages` accepts the
+message evidence (valid) or not (blame rank 0), and the gradient distance has the case's bits
+and is within ``rtol`` (valid) or not. ``bundles.json``: verifying the bundle (recipes
+applied to a copy) gives the case's codes, blame and report digest.
 """
 
 from __future__ import annotations
@@ -111,6 +113,37 @@ def _check_blame(case: dict[str, Any]) -> str:
     return "" if got == case["blame"] else f"blame {got}, expected {case['blame']}"
 
 
+def _check_tolerant(case: dict[str, Any]) -> str:
+    import numpy as np
+
+    valid = case["result"] == "valid"
+    if case["kind"] == "evidence":
+        from dk.verifier.blame import committed_messages
+
+        msgs = committed_messages(
+            bytes.fromhex(case["messages"]),
+            case["interval"],
+            case["first_step"],
+            case["steps"],
+            case["size"],
+            case["committed"],
+        )
+        blame = [] if msgs is not None else [0]
+        return "" if blame == case["blame"] else f"blame {blame}, expected {case['blame']}"
+    from dk.pol.parallel_torch import gradient_distance
+
+    def arrays(g: dict[str, str]) -> dict[str, np.ndarray]:
+        return {
+            k: np.frombuffer(bytes.fromhex(v), "<f4").reshape(case["shapes"][k])
+            for k, v in g.items()
+        }
+
+    d = gradient_distance(arrays(case["claimed"]), arrays(case["replayed"]))
+    if d.hex() != case["distance"]:
+        return f"distance {d.hex()}, expected {case['distance']}"
+    return "" if (d <= case["rtol"]) == valid else f"distance {d} against rho {case['rtol']}"
+
+
 def prepare(base: Path, case: dict[str, Any], tmp: Path) -> Path:
     """A copy of the case's bundle under ``tmp`` with its recipes applied."""
     bundle = tmp / "bundle"
@@ -166,6 +199,7 @@ def check(root: Path) -> list[CaseResult]:
             "ext.json": _check_ext,
             "digests.json": _check_digest,
             "blame.json": _check_blame,
+            "tolerant.json": _check_tolerant,
             "bundles.json": lambda c: _check_bundle(Path(root), c),
         },
     )

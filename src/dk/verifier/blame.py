@@ -12,6 +12,11 @@ replayed ones and names the ranks at fault (``Report.blame``):
   checkpoint: all are blamed;
 * when ``ranks/<i>.bin`` is missing or does not hash to the committed digests, the evidence
   the bundle's submitter (rank 0) must supply is missing: rank 0 is blamed.
+
+Tolerant mode (:func:`tolerant_blame`, only for intervals outside the tolerance): the
+bundle's ``ranks/<i>.msg`` messages must hash to the committed digests (else rank 0); the
+verifier follows them and blames the ranks whose message is farther than ``ρ`` from its own
+recomputation of their shard gradient at the first step where any is (else every rank).
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ from typing import TYPE_CHECKING, Any
 from dk.crypto.hashing import digests_equal
 from dk.crypto.keys import VerifyKey
 from dk.pol.parallel import interval_digest
-from dk.pol.rank_ext import RANK_STEPS_DIR, rank_signing_digest
+from dk.pol.rank_ext import RANK_MESSAGES_SUFFIX, RANK_STEPS_DIR, rank_signing_digest
 from dk.verifier.report import Reason, Report
 
 if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
     from dk.verifier.verify import Context
 
 DIGEST = 32
@@ -62,9 +68,9 @@ def check_ranks(ctx: Context) -> None:
     ctx.rep.passed("ranks")
 
 
-def read_rank_steps(bundle: Path, i: int, size: int) -> bytes | None:
+def read_rank_steps(bundle: Path, i: int, size: int, *, suffix: str = ".bin") -> bytes | None:
     """``ranks/<i>.bin`` if it is a regular file of exactly ``size`` bytes, else ``None``."""
-    p = bundle / RANK_STEPS_DIR / f"{i}.bin"
+    p = bundle / RANK_STEPS_DIR / f"{i}{suffix}"
     if p.is_symlink() or not p.is_file() or p.stat().st_size != size:
         return None
     with open(p, "rb") as f:
@@ -119,16 +125,89 @@ def blame_interval(
     return [0]  # unreachable when the digests differ; rank 0 assembled the evidence
 
 
+def read_rank_messages(bundle: Path, i: int, size: int) -> bytes | None:
+    """Tolerant mode: ``ranks/<i>.msg`` if a regular file of exactly ``size`` bytes."""
+    return read_rank_steps(bundle, i, size, suffix=RANK_MESSAGES_SUFFIX)
+
+
+def committed_messages(
+    data: bytes, i: int, a: int, n: int, size: int, committed: list[str]
+) -> list[list[bytes]] | None:
+    """``ranks/<i>.msg`` as ``[rank][step]`` messages if they hash (SPEC §11.6) to the
+    committed ``D_{r,i}`` of interval ``i`` (steps ``a … a+n−1``), else ``None``."""
+    from dk.pol.parallel import step_digest
+    from dk.pol.parallel_torch import split_messages
+
+    w = len(committed)
+    if len(data) != w * n * size:
+        return None
+    msgs = split_messages(data, w, n, size)
+    for r in range(w):
+        d = [step_digest(a + s, m) for s, m in enumerate(msgs[r])]
+        if interval_digest(i, r, d).hex() != committed[r]:
+            return None
+    return msgs
+
+
+def tolerant_blame(
+    job: JobSpec, dataset: Any, bundle: Path, iv: Any, start: Any
+) -> tuple[list[int], dict[str, Any]]:
+    """Blame for a tolerant interval that does not replay within tolerance (SPEC §12.6).
+
+    The bundle's ``ranks/<i>.msg`` must hold ``W · n`` messages that hash to the committed
+    ``D_{r,i}``; else rank 0 (the submitter) is blamed. Then the ranks whose message is
+    farther than ``ρ`` (SPEC §11.7's loss bound) from the verifier's recomputation of their
+    shard gradient, at the first step where any is (following the committed messages); when
+    every message is within ``ρ``, every rank (each signed a checkpoint its messages do not
+    give).
+    """
+    from dk.pol.loss import loss_rtol
+    from dk.pol.parallel_torch import ParallelTorchSession, blame_tolerant
+    from dk.pol.sampler import job_sampler
+
+    w, i = job.world_size, iv.index
+    a, b = iv.start_step, iv.end_step
+    committed = (iv.ext or {}).get("rank_digests") or []
+    session = ParallelTorchSession(job, output_dim=getattr(dataset, "output_dim", None))
+    data = read_rank_messages(bundle, i, w * (b - a) * session.message_size)
+    if data is None or len(committed) != w:
+        return [0], {}
+    msgs = committed_messages(data, i, a, b - a, session.message_size, committed)
+    if msgs is None:
+        return [0], {}
+    sampler = job_sampler(job, len(dataset))
+    bad, fig = blame_tolerant(session, dataset, sampler, start, msgs, a, b, loss_rtol(job))
+    return (bad or list(range(w))), fig
+
+
 def judge_ranks(
     rep: Report,
     bundle: Path,
     man: Any,
     chal: list[int],
     results: dict[int, tuple[bool, dict[str, Any]]],
+    *,
+    job: JobSpec | None = None,
+    dataset: Any = None,
+    held: dict[int, Any] | None = None,
 ) -> None:
-    """Blame by rank for every challenged interval of a data-parallel bundle (SPEC §12.6)."""
+    """Blame by rank for every challenged interval of a data-parallel bundle (SPEC §12.6);
+    a tolerant job's (``job``, ``dataset`` and the verified start tensors ``held`` given)
+    for the intervals that do not replay within tolerance."""
     ivs = man.interval_entries
     blamed: set[int] = set()
+    if job is not None and job.mode == "tolerant":
+        assert held is not None
+        for i in chal:
+            if not results[i][0]:
+                ranks, fig = tolerant_blame(job, dataset, bundle, ivs[i], held[i])
+                blamed.update(ranks)
+                if "rank_grad_distance" in fig:
+                    rep.figures.setdefault("rank_grad_distance", {})[str(i)] = fig[
+                        "rank_grad_distance"
+                    ]
+        rep.blame = sorted(blamed)
+        return
     for i in chal:
         ok, fig = results[i]
         replayed = fig.get("rank_steps")

@@ -357,6 +357,13 @@ def replay_interval(
             return ReplayResult(
                 REJECT, Reason.RANK_DIGEST_MISMATCH, f"interval {index}: rank digests", blame
             )
+    elif spec.world_size > 1 and spec.mode == "tolerant" and not ok and "reason" not in fig:
+        from dk.verifier.blame import tolerant_blame
+
+        try:
+            blame = tuple(tolerant_blame(spec, ds, b, ivs[index], start)[0])
+        except Exception as e:  # the verifier's own failure names no rank
+            return _result(Reason.INTERNAL_ERROR, f"blame: {type(e).__name__}: {e}")
     if not ok and "reason" in fig:  # SPEC VI §5: the rounding log does not fit this replay
         return _result(Reason(fig["reason"]), fig["message"])
     if not ok:

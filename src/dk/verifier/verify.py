@@ -520,7 +520,16 @@ def check_replay(ctx: Context) -> None:
     if ctx.job.world_size > 1 and results:  # SPEC §12.6: blame by rank
         from dk.verifier.blame import judge_ranks
 
-        judge_ranks(ctx.rep, ctx.bundle, ctx.man, ctx.chal, results)
+        judge_ranks(
+            ctx.rep,
+            ctx.bundle,
+            ctx.man,
+            ctx.chal,
+            results,
+            job=ctx.job,
+            dataset=ctx.ds,
+            held=ctx.held,
+        )
 
 
 #: SPEC §12.2, in its normative order: the first failing check gives the first reason code.

@@ -86,6 +86,27 @@ def test_torchrun_w2_is_proved_and_verified_exactly(
     _check_run(job, tmp_path / "run", tmp_path, simulated)
 
 
+def test_torchrun_w2_tolerant_on_torch_is_proved_verified_and_blamed(tmp_path: Path) -> None:
+    """Tolerant mode (SPEC §8.5): two gloo processes train the job through torch; the
+    verifier simulates them within tolerance; a stale rank 1 is rejected and blamed."""
+    job = dp_job(steps=10).with_updates(
+        pol={"mode": "tolerant", "tolerance": 1e-3, "backend": "torch"}
+    )
+    _, _, keys = _setup(tmp_path)
+    (tmp_path / "job.toml").write_text(job.to_toml())
+    r = _torchrun(tmp_path / "job.toml", tmp_path / "run", keys)
+    assert r.returncode == 0, r.stderr[-2000:]
+    bundle = prove_run(tmp_path / "run", job, KEYS[0], tmp_path / "bundle")
+    rep = verify_bundle(bundle, job, beacon=BEACON, samples=2, integrity="all")
+    assert rep.ok and rep.challenged == [0, 1] and rep.blame == [], rep.to_dict()["findings"]
+    r = _torchrun(tmp_path / "job.toml", tmp_path / "run2", keys, DK_DP_FAULT="stale:1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    bundle = prove_run(tmp_path / "run2", job, KEYS[0], tmp_path / "bundle2")
+    rep = verify_bundle(bundle, job, beacon=BEACON, samples=2)
+    assert rep.verdict == "reject" and set(rep.codes) == {"REPLAY_MISMATCH"}
+    assert rep.blame == [1]
+
+
 def test_a_rank_that_dies_fails_the_run_and_prove_refuses(tmp_path: Path) -> None:
     _, job_file, keys = _setup(tmp_path)
     r = _torchrun(job_file, tmp_path / "run", keys, DK_DP_FAULT="die:1:4")

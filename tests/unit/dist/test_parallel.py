@@ -77,7 +77,8 @@ def test_world_size_is_in_the_job_and_one_rank_keeps_the_job_id() -> None:
     with pytest.raises(FormatError, match="divisible"):
         dp_job(3)  # batch 16 is not 3 equal shards
     with pytest.raises(FormatError, match="world_size"):
-        dp_job(2, mode="tolerant", tolerance=0.1)
+        dp_job(2, mode="zk")
+    assert dp_job(2, mode="tolerant", tolerance=0.1).pol["backend"] == "torch"  # test_tolerant
 
 
 def test_the_simulation_is_the_ranks(honest_dp: tuple[Any, Path]) -> None:

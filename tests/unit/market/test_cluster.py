@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from market_support import T0, World, fake_replay, fake_verify, key, new_market
+from market_support import T0, World, fake_replay, fake_verify, key, market_config, new_market
 
 from dk.crypto.keys import SigningKey
 from dk.errors import FormatError
@@ -279,6 +279,66 @@ def test_upheld_challenge_slashes_only_the_blamed_rank(cl: Cluster) -> None:
     assert cl.bal("worker") == 1000 and cl.bal("worker2") == 1000 - 40
     assert cl.bal("consumer") == 1000
     assert cl.w.m.audit(check_bls=False).ok
+
+
+@pytest.mark.parametrize(("blame", "guilty"), [([1], [1]), ([], [0])])
+def test_a_true_whistle_slashes_only_the_blamed_rank(
+    cl: Cluster, blame: list[int], guilty: list[int]
+) -> None:
+    """SPEC V §13.2 with §14.5: the attesters lose their stakes to the whistleblower, and of
+    the ranks only the blamed one (rank 0 when none is named); the others keep theirs."""
+    oid, bundle = cl.accepted(bad_intervals=[1], replay_blame=blame)
+    stakes = [30, 40]
+    wid = cl.w.do("challenger", "whistle", now=T0 + 30, order_id=oid, interval=1, deposit=20)[
+        "whistle_id"
+    ]
+    out = cl.w.at(T0 + 40).resolve_whistle(wid, bundle, cl.job)
+    assert out["upheld"] and out["blame"] == blame
+    taken = sum(stakes[r] for r in guilty)
+    assert out["worker_stake"] == taken and out["reward"] == taken + 2 * 100
+    assert cl.bal("challenger") == 1000 + taken + 2 * 100
+    assert [cl.bal(n) for n in ("worker", "worker2")] == [
+        1000 - (stakes[r] if r in guilty else 0) for r in range(2)
+    ]
+    assert cl.bal("consumer") == 1000  # the escrow came back
+    outcomes = ["slashed" if r in guilty else "returned" for r in range(2)]
+    assert [r["outcome"] for r in cl.w.m.show(oid)["ranks"]] == outcomes
+    assert all(cl.w.m.holding(rank_stake(oid, r)) == 0 for r in range(2))
+    report = cl.w.m.audit(check_bls=False)
+    assert report.ok, report.problems
+
+
+def test_the_jackpot_tops_up_what_the_blamed_rank_and_attesters_leave(tmp_path: Path) -> None:
+    """SPEC V §13.3 on a cluster: the reward counts the guilty rank's stake, not the others'."""
+    m = new_market(
+        tmp_path / "m.db",
+        verify=cluster_verify,
+        replay=cluster_replay,
+        config=market_config(whistle_payout=260),
+    )
+    try:
+        cl = Cluster(m, tmp_path)
+        oid, bundle = cl.accepted(bad_intervals=[1], replay_blame=[1])
+        false = cl.w.do("worker3", "whistle", now=T0 + 30, order_id=oid, interval=0, deposit=50)
+        assert not cl.w.at(T0 + 31).resolve_whistle(false["whistle_id"], bundle, cl.job)["upheld"]
+        wid = cl.w.do("challenger", "whistle", now=T0 + 32, order_id=oid, interval=1, deposit=20)
+        out = cl.w.at(T0 + 40).resolve_whistle(wid["whistle_id"], bundle, cl.job)
+        assert out["upheld"] and out["worker_stake"] == 40  # rank 1's stake, not rank 0's 30
+        assert out["top_up"] == 260 - 40 - 200 and out["reward"] == 260
+        report = m.audit(check_bls=False)
+        assert report.ok, report.problems
+    finally:
+        m.close()
+
+
+def test_a_whistle_with_a_malformed_blame_is_inconclusive(cl: Cluster) -> None:
+    oid, bundle = cl.accepted(bad_intervals=[1], replay_blame=[5])
+    wid = cl.w.do("challenger", "whistle", now=T0 + 30, order_id=oid, interval=1, deposit=20)[
+        "whistle_id"
+    ]
+    out = cl.w.at(T0 + 40).resolve_whistle(wid, bundle, cl.job)
+    assert out["verdict"] == "inconclusive" and not out["upheld"]
+    assert cl.w.m.holding(rank_stake(oid, 1)) == 40 and cl.w.m.order(oid)["state"] == "accepted"
 
 
 @pytest.mark.parametrize(
