@@ -204,11 +204,11 @@ class _StreamPlan:
                     continue
                 arr = arrays[idx]
                 if begin == 0 and end == arr.nbytes:
-                    h.update(arr)  # C-contiguous little-endian (checked by _plan_for)
+                    h.update(arr.data)  # C-contiguous little-endian (checked by _plan_for)
                     continue
                 view = views[idx]
                 if view is None:
-                    view = views[idx] = memoryview(arr.reshape(-1).view(np.uint8))
+                    view = views[idx] = arr.reshape(-1).view(np.uint8).data
                 h.update(view[begin:end])
             out.append(h.digest())
         return out

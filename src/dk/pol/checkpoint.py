@@ -271,7 +271,7 @@ def encode_blob(tensors: Mapping[str, np.ndarray]) -> bytes:
 
         return save(dict(arrays))
     # a C-contiguous ndarray's buffer is its bytes: joined without a copy of each tensor
-    return b"".join([layout.prefix, *(arrays[k] for k in layout.order)])
+    return b"".join([layout.prefix, *(arrays[k].data for k in layout.order)])
 
 
 def write_blob(

@@ -45,6 +45,8 @@ __all__ = [
 LOSS_KEY = "loss"
 #: Floors of the tolerant-mode relative bound on a loss (SPEC §11.7), per job precision.
 LOSS_RTOL_FLOOR = {"fp32": 1e-4, "bf16": 1e-2, "fp16": 1e-2}
+#: Intervals of up to this many steps are folded in Python floats (no array for a few).
+_PY_FOLD_MAX = 64
 #: Below this the comparison is absolute (a loss that reached zero).
 LOSS_ABS_FLOOR = 1e-6
 
@@ -75,8 +77,16 @@ def interval_loss(steps: Sequence[float]) -> float:
     """``ℓ``: the fold sum (SPEC §1.4) of the step losses in step order, over their count."""
     if not steps:
         raise ValueError("an interval has at least one step")
-    v = np.array([float(s) for s in steps], dtype=np.float64)
-    return fold_sum_inplace(v) / len(steps)
+    v = [float(s) for s in steps]
+    if len(v) > _PY_FOLD_MAX:
+        return fold_sum_inplace(np.array(v, dtype=np.float64)) / len(v)
+    n = len(v)  # the same fold in Python floats (binary64, one IEEE addition each)
+    while n > 1:
+        h = n // 2
+        for i in range(h):
+            v[i] += v[n - h + i]
+        n -= h
+    return v[0] / len(steps)
 
 
 def loss_required(job: JobSpec) -> bool:

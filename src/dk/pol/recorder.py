@@ -611,7 +611,8 @@ class Recorder:
             flat = _flat_views(self)
             total = torch.cat(flat).sum() if flat is not None else None
             if total is None:  # mixed dtypes or devices: one norm per tensor
-                total = torch.stack(torch._foreach_norm(params, 2.0)).sum()
+                norms = torch._foreach_norm(cast("list[torch.Tensor]", params), 2.0)
+                total = torch.stack(norms).sum()
             if bool(torch.isfinite(total)):
                 return
         bad = [
