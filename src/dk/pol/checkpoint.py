@@ -284,7 +284,9 @@ def write_blob(
     """Write a checkpoint blob atomically; returns (root, path, size). Idempotent.
 
     The bytes go to a temporary file, which is then renamed to ``blobs/<root>.safetensors``:
-    a blob either exists whole under its name or not at all. A blob up to
+    a blob either exists whole under its name or not at all. (Except a new small blob with
+    ``durable=False``, the Recorder's: created in place, without the rename, see below; a
+    torn one is never named by a run's log.) A blob up to
     ``SMALL_BLOB_BYTES`` is encoded in memory (:func:`encode_blob`) and written with one
     system call; a larger one is streamed by safetensors (no in-memory copy). With
     ``durable=False`` the file is not fsynced: the caller makes it durable later with
