@@ -21,6 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from dk.crypto.hashing import TAG_LEAF, tagged_hasher
 from dk.crypto.merkle import leaf_hash, merkle_root
 from dk.errors import FormatError
 
@@ -142,8 +143,101 @@ def chunk_leaf_hashes(
 def tensors_root(
     tensors: Mapping[str, np.ndarray], *, chunk_size: int = CHUNK_SIZE, threads: int = 1
 ) -> bytes:
-    """Commitment to a tensor set: Merkle root over its canonical chunks (SPEC §4.2)."""
+    """Commitment to a tensor set: Merkle root over its canonical chunks (SPEC §4.2).
+
+    A set whose schema was seen before (names, dtypes, shapes: every checkpoint of a run) is
+    hashed from a cached :class:`_StreamPlan`: its headers are not rebuilt and each chunk is
+    fed to SHA-256 straight from the tensors' memory (the same bytes, the same root)."""
+    if threads <= 1 and chunk_size == CHUNK_SIZE:
+        plan = _plan_for(tensors)
+        if plan is not None:
+            return merkle_root(plan.leaf_hashes(tensors))
     return merkle_root(chunk_leaf_hashes(tensors, chunk_size=chunk_size, threads=threads))
+
+
+class _StreamPlan:
+    """The canonical stream (SPEC §4.1) of one schema, cut into chunks: for each chunk the
+    pieces it is made of, a constant (magic, count, tensor headers) or a byte range of one
+    tensor's data. Built by the reference code path, so any bad name or dtype raises there."""
+
+    def __init__(self, tensors: Mapping[str, np.ndarray], chunk_size: int) -> None:
+        self.names = sorted_names(tensors)
+        pieces: list[tuple[int, bytes, int, int]] = []  # (tensor or -1, const, begin, end)
+        pieces.append((-1, MAGIC + struct.pack("<Q", len(tensors)), 0, 0))
+        for i, name in enumerate(self.names):
+            arr = _as_le(name, np.asarray(tensors[name]))  # the reference checks
+            pieces.append((-1, tensor_header(name, arr), 0, 0))
+            if arr.nbytes:
+                pieces.append((i, b"", 0, arr.nbytes))
+        self.chunks: list[list[tuple[int, bytes, int, int]]] = [[]]
+        room = chunk_size
+        for idx, const, begin, end in pieces:
+            pos = 0
+            size = len(const) if idx < 0 else end - begin
+            while pos < size:
+                if room == 0:
+                    self.chunks.append([])
+                    room = chunk_size
+                take = min(room, size - pos)
+                chunk = self.chunks[-1]
+                if idx < 0:
+                    part = const[pos : pos + take]
+                    if chunk and chunk[-1][0] < 0:  # consecutive constants: one update
+                        chunk[-1] = (-1, chunk[-1][1] + part, 0, 0)
+                    else:
+                        chunk.append((-1, part, 0, 0))
+                else:
+                    chunk.append((idx, b"", pos, pos + take))
+                pos += take
+                room -= take
+
+    def leaf_hashes(self, tensors: Mapping[str, np.ndarray]) -> list[bytes]:
+        """The chunks' leaf hashes (SPEC §3.1), hashed from the tensors' own buffers."""
+        arrays = [tensors[n] for n in self.names]
+        views: list[memoryview | None] = [None] * len(arrays)
+        out = []
+        for chunk in self.chunks:
+            h = _LEAF_HASHER.copy()
+            for idx, const, begin, end in chunk:
+                if idx < 0:
+                    h.update(const)
+                    continue
+                arr = arrays[idx]
+                if begin == 0 and end == arr.nbytes:
+                    h.update(arr.data)  # C-contiguous little-endian (checked by _plan_for)
+                    continue
+                view = views[idx]
+                if view is None:
+                    view = views[idx] = arr.reshape(-1).view(np.uint8).data
+                h.update(view[begin:end])
+            out.append(h.digest())
+        return out
+
+
+_LEAF_HASHER = tagged_hasher(TAG_LEAF)  # SPEC §3.1, as merkle.leaf_hash
+_PLANS: dict[tuple[tuple[str, str, tuple[int, ...]], ...], _StreamPlan] = {}
+_MAX_PLANS = 64
+
+
+def _plan_for(tensors: Mapping[str, np.ndarray]) -> _StreamPlan | None:
+    """The cached plan of ``tensors``' schema; ``None`` (the reference path) for anything that
+    is not a set of C-contiguous little-endian ndarrays."""
+    key = []
+    for name, v in tensors.items():
+        if type(v) is not np.ndarray or not v.flags.c_contiguous:
+            return None
+        dt = v.dtype
+        if dt.byteorder == ">" or (dt.byteorder == "=" and not _NATIVE_LE):
+            return None
+        key.append((name, dt.str, v.shape))
+    k = tuple(key)
+    plan = _PLANS.get(k)
+    if plan is None:
+        plan = _StreamPlan(tensors, CHUNK_SIZE)
+        if len(_PLANS) >= _MAX_PLANS:  # bounded: a run has one or two schemas
+            _PLANS.clear()
+        _PLANS[k] = plan
+    return plan
 
 
 def decode_tensors(data: bytes, *, max_tensors: int = 100_000) -> dict[str, np.ndarray]:

@@ -57,9 +57,13 @@ def seed_step(seed: int, step: int, micro: int = 0) -> None:
     step in the Recorder); no CUDA random number is drawn before CUDA is initialised, and the
     next micro-batch seeds again, so the numbers drawn are the same.
     """
+    apply_seed(step_seed(seed, step, micro))
+
+
+def apply_seed(s: int) -> None:
+    """Seed torch's global RNG and :func:`generator` with ``s`` (a :func:`step_seed`)."""
     import torch
 
-    s = step_seed(seed, step, micro)
     torch.default_generator.manual_seed(s)
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         torch.cuda.manual_seed_all(s)

@@ -219,7 +219,7 @@ class _BlobLayout:
         return cls(first[: 8 + n], [name for _, _, name in spans] if plain else None), first
 
 
-_LAYOUTS: dict[tuple[tuple[str, np.dtype, tuple[int, ...]], ...], _BlobLayout] = {}
+_LAYOUTS: dict[tuple[tuple[str, str, tuple[int, ...]], ...], _BlobLayout] = {}
 _LAYOUTS_LOCK = threading.Lock()
 
 
@@ -233,26 +233,45 @@ def _le_contiguous(v: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(v, dtype=v.dtype.newbyteorder("<")).reshape(v.shape)
 
 
+def _schema_key(
+    tensors: Mapping[str, np.ndarray],
+) -> tuple[tuple[str, str, tuple[int, ...]], ...] | None:
+    """``(name, dtype, shape)`` in the mapping's order, or ``None`` unless every tensor is a
+    C-contiguous little-endian ndarray (whose buffer is then its bytes in the blob)."""
+    key = []
+    for k, v in tensors.items():
+        if type(v) is not np.ndarray or not v.flags.c_contiguous:
+            return None
+        dt = v.dtype
+        if dt.byteorder == ">" or (dt.byteorder == "=" and not _LE):
+            return None
+        key.append((k, dt.str, v.shape))
+    return tuple(key)
+
+
 def encode_blob(tensors: Mapping[str, np.ndarray]) -> bytes:
     """The safetensors bytes of a checkpoint (SPEC §10.3), exactly as ``safetensors`` writes
     them, without its per-tensor Python overhead once the schema has been seen."""
-    arrays = {k: _le_contiguous(np.asarray(v)) for k, v in tensors.items()}
-    key = tuple(sorted((k, v.dtype, v.shape) for k, v in arrays.items()))
-    layout = _LAYOUTS.get(key)
+    arrays: Mapping[str, np.ndarray] = tensors
+    key = _schema_key(tensors)
+    if key is None:
+        arrays = {k: _le_contiguous(np.asarray(v)) for k, v in tensors.items()}
+        key = _schema_key(arrays)
+    layout = _LAYOUTS.get(key) if key is not None else None
     if layout is None:
         layout, first = _BlobLayout.learn(arrays)
-        with _LAYOUTS_LOCK:
-            if len(_LAYOUTS) >= 64:  # bounded: a run has one schema (two with step 0)
-                _LAYOUTS.clear()
-            _LAYOUTS[key] = layout
+        if key is not None:
+            with _LAYOUTS_LOCK:
+                if len(_LAYOUTS) >= 64:  # bounded: a run has one schema (two with step 0)
+                    _LAYOUTS.clear()
+                _LAYOUTS[key] = layout
         return first
     if layout.order is None:
         from safetensors.numpy import save
 
-        return save(arrays)
-    return b"".join(
-        [layout.prefix, *(arrays[k].reshape(-1).view(np.uint8).data for k in layout.order)]
-    )
+        return save(dict(arrays))
+    # a C-contiguous ndarray's buffer is its bytes: joined without a copy of each tensor
+    return b"".join([layout.prefix, *(arrays[k].data for k in layout.order)])
 
 
 def write_blob(
@@ -265,7 +284,9 @@ def write_blob(
     """Write a checkpoint blob atomically; returns (root, path, size). Idempotent.
 
     The bytes go to a temporary file, which is then renamed to ``blobs/<root>.safetensors``:
-    a blob either exists whole under its name or not at all. A blob up to
+    a blob either exists whole under its name or not at all. (Except a new small blob with
+    ``durable=False``, the Recorder's: created in place, without the rename, see below; a
+    torn one is never named by a run's log.) A blob up to
     ``SMALL_BLOB_BYTES`` is encoded in memory (:func:`encode_blob`) and written with one
     system call; a larger one is streamed by safetensors (no in-memory copy). With
     ``durable=False`` the file is not fsynced: the caller makes it durable later with
@@ -280,6 +301,21 @@ def write_blob(
             return root, path, os.stat(path).st_size
         except FileNotFoundError:
             pass
+    if small and not durable:
+        # A new blob is created in place, without a temporary file and a rename (a file
+        # creation costs more than hashing a small checkpoint). A crash mid-write leaves a torn
+        # file under a name that no log line names yet (the writer logs a blob after writing
+        # it, dk.pol.writer; resuming checks the blobs it names, dk.pol.resume). A file already
+        # there (such a torn one, or a blob hard-linked into a bundle) is never written
+        # through: it is replaced atomically below.
+        data = encode_blob(tensors)
+        try:
+            created = _write_new_file(path, data)
+        except FileNotFoundError:  # the first blob of a directory: create blobs/
+            path.parent.mkdir(parents=True, exist_ok=True)
+            created = _write_new_file(path, data)
+        if created:
+            return root, path, len(data)
     # A small blob is rewritten (same bytes, atomic rename) rather than looked for first: one
     # system call fewer per checkpoint. The temporary name is this process's and thread's, so
     # no other writer of the same blob can collide with it.
@@ -307,6 +343,24 @@ def write_blob(
         tmp.unlink(missing_ok=True)
         raise
     return root, path, size
+
+
+def _write_new_file(path: Path, data: bytes) -> bool:
+    """Create ``path`` holding ``data``; False (nothing written) if it exists already."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    return True
 
 
 def _write_file(path: Path, data: bytes) -> None:

@@ -45,6 +45,8 @@ __all__ = [
 LOSS_KEY = "loss"
 #: Floors of the tolerant-mode relative bound on a loss (SPEC §11.7), per job precision.
 LOSS_RTOL_FLOOR = {"fp32": 1e-4, "bf16": 1e-2, "fp16": 1e-2}
+#: Intervals of up to this many steps are folded in Python floats (no array for a few).
+_PY_FOLD_MAX = 64
 #: Below this the comparison is absolute (a loss that reached zero).
 LOSS_ABS_FLOOR = 1e-6
 
@@ -75,8 +77,16 @@ def interval_loss(steps: Sequence[float]) -> float:
     """``ℓ``: the fold sum (SPEC §1.4) of the step losses in step order, over their count."""
     if not steps:
         raise ValueError("an interval has at least one step")
-    v = np.array([float(s) for s in steps], dtype=np.float64)
-    return fold_sum_inplace(v) / len(steps)
+    v = [float(s) for s in steps]
+    if len(v) > _PY_FOLD_MAX:
+        return fold_sum_inplace(np.array(v, dtype=np.float64)) / len(v)
+    n = len(v)  # the same fold in Python floats (binary64, one IEEE addition each)
+    while n > 1:
+        h = n // 2
+        for i in range(h):
+            v[i] += v[n - h + i]
+        n -= h
+    return v[0] / len(steps)
 
 
 def loss_required(job: JobSpec) -> bool:
@@ -109,16 +119,22 @@ def loss_close(job: JobSpec, claimed: float, replayed: float) -> bool:
 class LossMeter:
     """Collects the losses of the current step and interval, as training goes.
 
-    Micro-batch values may be 0-d torch tensors (no device sync per step); they are read once
-    per interval, at :meth:`take`.
+    ``add`` takes each micro-batch's loss *before* the division by ``accumulation``: a 0-d
+    torch tensor stays on its device (no host sync per micro-batch), a number is taken as is.
+    At :meth:`take`, once per interval, the tensors are stacked, divided by ``accumulation``
+    in their own dtype (the float32 division the step back-propagates, SPEC §11.7: elementwise
+    IEEE division, the same bits as dividing each 0-d loss) and read in one transfer.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, accumulation: int = 1) -> None:
+        if accumulation < 1:
+            raise ValueError(f"accumulation must be positive, got {accumulation}")
+        self._acc = accumulation
         self._micro: list[Any] = []
         self._steps: list[list[Any]] = []
 
     def add(self, value: Any) -> None:
-        """One micro-batch's loss (already divided by the number of micro-batches)."""
+        """One micro-batch's loss (not yet divided by the number of micro-batches)."""
         self._micro.append(value)
 
     def end_step(self) -> None:
@@ -135,7 +151,27 @@ class LossMeter:
         steps, self._steps = self._steps, []
         if any(not s for s in steps):
             raise ValueError("a step recorded no loss")
-        return interval_loss([step_loss([_to_float(v) for v in s]) for s in steps])
+        flat = _divided([v for s in steps for v in s], self._acc)
+        out, pos = [], 0
+        for s in steps:
+            out.append(step_loss(flat[pos : pos + len(s)]))
+            pos += len(s)
+        return interval_loss(out)
+
+
+def _divided(values: list[Any], acc: int) -> list[float]:
+    """``f64(v ⊘ acc)`` for each value: tensors divided on their device in their dtype, read
+    with one transfer; numbers divided in float32 (``acc = 1``: taken as they are)."""
+    if values and all(hasattr(v, "detach") for v in values):
+        import torch
+
+        t = torch.stack([v.detach().reshape(()) for v in values])
+        if acc != 1:
+            t = t / acc
+        return [float(x) for x in t.cpu().tolist()]
+    if acc == 1:
+        return [_to_float(v) for v in values]
+    return [float(np.float32(_to_float(v)) / np.float32(acc)) for v in values]
 
 
 def _to_float(v: Any) -> float:

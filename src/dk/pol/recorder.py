@@ -23,7 +23,7 @@ import contextlib
 import functools
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -57,9 +57,9 @@ __all__ = ["JobMismatch", "Recorder", "TrainingDiverged"]
 
 LR_RTOL = 1e-6  # a user's scheduler may round differently; dk then sets its own value
 GRAD_RTOL = 1e-3  # user's vs kernel gradients (float32 torch vs fixed-order kernels)
+SEED_BLOCK = 64  # step seeds derived together, in one warm loop, ahead of the steps
 SCHEDULE_DRY_RUN = 100_000  # steps of a user's scheduler checked at attach
 PROGRESS_PERIOD_S = 0.1  # a progress bar redraws per call: not once per (fast) step
-_CAT_NUMEL = 65536  # weights up to this size are concatenated for the finiteness check
 
 
 class TrainingDiverged(DkError, FloatingPointError):
@@ -141,6 +141,22 @@ def _recorded_optimizer_type() -> type:
     return _RecordedOptimizer
 
 
+def _flat_views(rec: Any) -> list[torch.Tensor] | None:
+    """1-d views of ``rec._params`` (``None`` unless they share one dtype and device), kept in
+    ``rec._flat_cache`` and remade only when a parameter's storage moved."""
+    params = rec._params
+    ptrs = [p.data_ptr() for p in params]
+    cache = getattr(rec, "_flat_cache", None)
+    if cache is None or cache[0] != ptrs:
+        first = params[0]
+        same = all(p.dtype == first.dtype and p.device == first.device for p in params)
+        views = [p.detach().reshape(-1) for p in params] if same else None
+        if views is not None and any(v.data_ptr() != q for v, q in zip(views, ptrs, strict=True)):
+            views = None  # a non-contiguous weight: reshape copied it
+        cache = rec._flat_cache = (ptrs, views)
+    return cast("list[torch.Tensor] | None", cache[1])
+
+
 class JobLoader:
     """Yields ``(x, y)`` torch batches of the job, one per remaining step."""
 
@@ -205,7 +221,11 @@ class Recorder:
         self._writer: CommitWriter | None = None
         self._progress_at = 0.0
         # SPEC §11.7: the per-interval training loss, committed in each interval's ext.
-        self._loss: LossMeter | None = LossMeter() if loss_required(self.job) else None
+        self._loss: LossMeter | None = (
+            LossMeter(int(self.job.train.get("accumulation", 1)))
+            if loss_required(self.job)
+            else None
+        )
         self._ys: list[Any] | None = None
         self.dp: dict[str, Any] | None = self.job.train.get("dp")
         self.dp_epsilon: float | None = None
@@ -415,6 +435,15 @@ class Recorder:
         # Walked once: model.parameters() costs a module-tree walk per call, twice a step.
         self._params = [p for _, p in model.named_parameters()]
         self._param_names = [n for n, _ in model.named_parameters()]
+        # Read once: the forward hooks run twice a step (job.train is a dict lookup each).
+        self._seed = self.job.seed
+        self._seeds: tuple[int, int, list[int]] = (0, 0, [])
+        from dk.pol.augment import apply_seed, step_seed  # imports torch: only here
+
+        self._apply_seed, self._derive_seed = apply_seed, step_seed
+        self._dev_type = str(self.job.train.get("device", "cpu"))
+        self._precision = str(self.job.train.get("precision", "fp32"))
+        self._autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self._precision)
         self._hook = model.register_forward_pre_hook(self._on_forward)
         if self.job.train.get("precision", "fp32") != "fp32":
             self._post_hook = model.register_forward_hook(self._after_forward)
@@ -443,30 +472,43 @@ class Recorder:
     # -- the user's loop -----------------------------------------------------------------
     def autocast(self) -> Any:
         """The job's precision as an autocast context for the forward pass (no-op for fp32)."""
-        from dk.pol.torch_adapter import autocast
+        dt = getattr(self, "_autocast_dtype", None)
+        if dt is None:  # fp32 (or before attach: the job's own context)
+            from dk.pol.torch_adapter import autocast
 
-        dev = torch.device(self.job.train.get("device", "cpu"))
-        return autocast(self.job, dev)
+            return autocast(self.job, torch.device(self.job.train.get("device", "cpu")))
+        return torch.autocast(device_type=self._dev_type, dtype=dt)
 
     def _on_forward(self, module: torch.nn.Module, args: Any) -> None:
         """Forward pre-hook: seed the micro-batch's randomness and check the precision."""
         if not torch.is_grad_enabled() or self._in_dp:
             return  # evaluation, or DP-SGD's own per-sample pass: not the user's forward
-        from dk.pol.augment import seed_step
-
         if not module.training:
             raise JobMismatch("the model is in eval mode during a training step (model.train())")
-        dev = self.job.train.get("device", "cpu")
-        prec = self.job.train.get("precision", "fp32")
+        dev, want_dt = self._dev_type, self._autocast_dtype
         on = torch.is_autocast_enabled(dev)
-        want_dt = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(prec)
         if (want_dt is None) == on or (on and torch.get_autocast_dtype(dev) != want_dt):
             raise JobMismatch(
-                f"this job trains in {prec}: run the forward pass "
+                f"this job trains in {self._precision}: run the forward pass "
                 + ("inside `with rec.autocast():`" if want_dt else "without autocast")
             )
-        seed_step(self.job.seed, self.step, self._forwards)
+        self._apply_seed(self._step_seed(self.step, self._forwards))
         self._forwards += 1
+
+    def _step_seed(self, step: int, micro: int) -> int:
+        """``step_seed(job.seed, step, micro)`` (SPEC §8.3), derived ``SEED_BLOCK`` steps at a
+        time: one ChaCha20 stream per seed either way, but in a loop that stays in cache
+        instead of once between a backward and a forward pass."""
+        seeds = self._seeds
+        if not seeds[0] <= step < seeds[0] + SEED_BLOCK or micro >= seeds[1]:
+            first, acc = step, max(micro + 1, int(self.job.train.get("accumulation", 1)))
+            block = [
+                self._derive_seed(self._seed, t, j)
+                for t in range(first, first + SEED_BLOCK)
+                for j in range(acc)
+            ]
+            seeds = self._seeds = (first, acc, block)
+        return int(seeds[2][(step - seeds[0]) * seeds[1] + micro])
 
     @staticmethod
     def _after_forward(module: torch.nn.Module, args: Any, out: Any) -> Any:
@@ -476,20 +518,32 @@ class Recorder:
         return None
 
     def _record_loss(self, module: torch.nn.Module, args: Any, out: Any) -> None:
-        """Forward hook: the job's loss on this micro-batch's output (SPEC §11.7, §12.4)."""
-        if not torch.is_grad_enabled() or self._in_dp or self._loss is None:
+        """Forward hook: the job's loss on this micro-batch's output (SPEC §11.7, §12.4).
+
+        The float32 loss stays a 0-d tensor on the device (no host sync per micro-batch); the
+        division by the number of micro-batches and the read-out happen once per interval
+        (:class:`dk.pol.loss.LossMeter`). On the CPU the loss is computed under the user's
+        autocast, which leaves float32 losses alone (the loss ops run in float32 under CPU
+        autocast, tests/unit/pol/test_recorder_fastpaths.py); elsewhere autocast is switched
+        off for it, as in the replay.
+        """
+        if self._in_dp or self._loss is None or not torch.is_grad_enabled():
             return
-        if self._ys is None or not 0 < self._forwards <= len(self._ys):
+        ys = self._ys
+        if ys is None or not 0 < self._forwards <= len(ys):
             raise JobMismatch("train on the batches of the loader that attach() returned")
-        y = self._ys[self._forwards - 1]
-        acc = int(self.job.train.get("accumulation", 1))
-        dev = self.job.train.get("device", "cpu")
-        with torch.no_grad(), torch.autocast(dev, enabled=False):
-            if torch.is_tensor(out):
-                out = out.detach()
-                out = out.float() if out.is_floating_point() else out
-            dev_out = out.device if torch.is_tensor(out) else y.device
-            self._loss.add(self._loss_fn(out, y.to(dev_out)) / acc)
+        y = ys[self._forwards - 1]
+        if torch.is_tensor(out):
+            out = out.detach()
+            if out.dtype != torch.float32 and out.is_floating_point():
+                out = out.float()
+            if y.device != out.device:
+                y = y.to(out.device)
+        if self._dev_type == "cpu" or not torch.is_autocast_enabled(self._dev_type):
+            self._loss.add(self._loss_fn(out, y))
+            return
+        with torch.autocast(self._dev_type, enabled=False):
+            self._loss.add(self._loss_fn(out, y))
 
     def _check_step_inputs(self, opt: torch.optim.Optimizer) -> None:
         """At ``optimizer.step()``: the job's number of forwards and the job's learning rate."""
@@ -521,7 +575,12 @@ class Recorder:
     def _clip_gradients(self) -> None:
         """The job's clipping (``torch_adapter.clip_gradients``: ``clip_grad_norm_`` with
         ``foreach=False``), bit for bit, with the multiplication left out when the clamped
-        coefficient is exactly 1 (then it is the identity): the common case costs the norm."""
+        coefficient is exactly 1 (then it is the identity): the common case costs the norm.
+
+        On the CPU the per-tensor norms come from one ``torch._foreach_norm`` call, whose CPU
+        implementation is the per-tensor ``linalg.vector_norm`` loop in C++ (the same bits as
+        ``foreach=False``, tests/unit/pol/test_recorder_fastpaths.py); elsewhere, as the
+        replay computes it."""
         clip = float(self.job.train.get("clip_norm", 0.0))
         if clip <= 0.0:
             return
@@ -529,25 +588,36 @@ class Recorder:
         if not grads:
             return
         utils = torch.nn.utils
-        total = utils.get_total_norm(grads, 2.0, False, foreach=False)
+        if all(g.device.type == "cpu" and not g.is_sparse for g in grads):
+            norms = torch._foreach_norm(grads, 2.0)
+            total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
+        else:
+            total = utils.get_total_norm(grads, 2.0, False, foreach=False)
         if not bool(torch.clamp(clip / (total + 1e-6), max=1.0) == 1.0):  # NaN multiplies too
             utils.clip_grads_with_norm_(self._params, clip, total, foreach=False)
 
     def _check_finite(self) -> None:
         """Stop at the first update that made a weight NaN or infinite.
 
-        One reduction over all weights (small tensors concatenated, large ones summed): a NaN
-        or infinity anywhere makes it non-finite. Only then is each tensor looked at (a sum
-        that overflowed on finite weights is not a divergence).
+        One reduction over all weights: their flat views (made once, remade only if a
+        parameter's storage moved) concatenated and summed; a NaN or infinity anywhere makes
+        the sum non-finite. Only then is each tensor looked at (a sum that overflowed on
+        finite weights is not a divergence).
         """
-        small = [p.detach().reshape(-1) for p in self._params if p.numel() <= _CAT_NUMEL]
-        big = [p.detach().sum().reshape(1) for p in self._params if p.numel() > _CAT_NUMEL]
-        parts = small + big
-        if not parts or bool(torch.isfinite(torch.cat(parts).float().sum())):
+        params = self._params
+        if not params:
             return
+        with torch.no_grad():
+            flat = _flat_views(self)
+            total = torch.cat(flat).sum() if flat is not None else None
+            if total is None:  # mixed dtypes or devices: one norm per tensor
+                norms = torch._foreach_norm(cast("list[torch.Tensor]", params), 2.0)
+                total = torch.stack(norms).sum()
+            if bool(torch.isfinite(total)):
+                return
         bad = [
             n
-            for n, p in zip(self._param_names, self._params, strict=True)
+            for n, p in zip(self._param_names, params, strict=True)
             if not bool(torch.isfinite(p.detach()).all())
         ]
         if bad:

@@ -4,10 +4,13 @@ Training hands each snapshot to :meth:`CommitWriter.put` and goes on; one thread
 root (SPEC §4.2), writes its blob (SPEC §10.3), derives the interval that ends at it (batch
 commitment SPEC §8.2, update norm SPEC §11.1) and appends one line to ``run.log.jsonl``.
 
-* **Bounded.** At most ``depth`` snapshots wait; a producer faster than the disk waits too,
-  so memory stays at ``depth + 2`` checkpoints.
+* **Batched.** Small checkpoints are taken ``B`` at a time (``B·size ≤ BATCH_BYTES``, at most
+  ``MAX_BATCH``; a large checkpoint goes alone, ``B = 1``), or whatever is there after
+  ``BATCH_WAIT_S``: one wake-up of the thread and one log write per batch.
+* **Bounded.** At most ``depth · B`` snapshots wait; a producer faster than the disk waits
+  too, so memory stays at about ``2 · depth · B + 1`` checkpoints (a few MiB of small ones).
 * **Nothing claimed that is not there.** A log line is written only after its blob has been
-  renamed into place; ``run.json`` (the only file that says a run is complete) is written by
+  written whole; ``run.json`` (the only file that says a run is complete) is written by
   the Recorder after :meth:`CommitWriter.close` has returned and every file has been synced.
   A crash leaves a log that names only whole blobs, and no ``run.json``.
 * **Errors surface.** An exception on the thread is raised again by the next ``put`` and by
@@ -16,8 +19,8 @@ commitment SPEC §8.2, update norm SPEC §11.1) and appends one line to ``run.lo
 
 from __future__ import annotations
 
+import collections
 import json
-import queue
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,16 +32,35 @@ from dk.pol.sampler import Sampler
 __all__ = ["CommitWriter"]
 
 LOG_NAME = "run.log.jsonl"
+#: Small checkpoints are committed this many bytes at a time: one wake-up of the thread and
+#: one log write per batch, the hashing code warm in cache (k = 5 on a small model commits a
+#: checkpoint every few milliseconds). A checkpoint over half of it goes alone (``depth``).
+BATCH_BYTES = 4 * 1024 * 1024
+MAX_BATCH = 32
+#: A batch that is not full is committed after this long (a crash loses at most this much).
+BATCH_WAIT_S = 0.25
 
 
 class CommitWriter:
     """Commits ``(index, step, checkpoint)`` items in order on one background thread."""
 
-    def __init__(self, run_dir: Path, info: RunInfo, sampler: Sampler, *, depth: int = 2) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        info: RunInfo,
+        sampler: Sampler,
+        *,
+        depth: int = 2,
+        batch_bytes: int = BATCH_BYTES,
+    ) -> None:
         self.run_dir, self.info, self.sampler = run_dir, info, sampler
-        self._queue: queue.Queue[tuple[int, int, Tensors, dict[str, Any] | None] | None] = (
-            queue.Queue(maxsize=depth)
+        self._depth, self._batch_bytes = max(1, depth), batch_bytes
+        self._batch = 0  # checkpoints per wake-up: set at the first put, from its size
+        self._items: collections.deque[tuple[int, int, Tensors, dict[str, Any] | None]] = (
+            collections.deque()
         )
+        self._cv = threading.Condition()
+        self._closing = False
         self._prev: Tensors | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -49,6 +71,10 @@ class CommitWriter:
     def log_path(self) -> Path:
         """The run's ``run.log.jsonl``."""
         return self.run_dir / LOG_NAME
+
+    def pending(self) -> int:
+        """Checkpoints queued and not yet taken by the thread."""
+        return len(self._items)
 
     def start(self, *, prev: Tensors | None = None, truncate: bool = True) -> None:
         """Start the thread; ``truncate`` creates an empty log. A resumed run passes its last
@@ -66,14 +92,17 @@ class CommitWriter:
 
         ``ck`` must not change afterwards (a snapshot, not live weights).
         """
-        while True:
+        if not self._batch:  # every checkpoint of a run has the same size
+            nbytes = sum(v.nbytes for v in ck.values())
+            self._batch = max(1, min(MAX_BATCH, self._batch_bytes // max(1, nbytes)))
+        with self._cv:
+            while self._error is None and len(self._items) >= self._depth * self._batch:
+                self._cv.wait(0.5)
             if self._error is not None:
                 raise self._error
-            try:
-                self._queue.put((index, step, ck, ext), timeout=0.5)
-            except queue.Full:
-                continue
-            return
+            self._items.append((index, step, ck, ext))
+            if len(self._items) >= self._batch:
+                self._cv.notify_all()
 
     def close(self) -> list[Path]:
         """Wait for every queued checkpoint; raise the thread's error; return the files written
@@ -90,32 +119,47 @@ class CommitWriter:
     def _stop(self) -> None:
         if self._thread is None:
             return
-        self._queue.put(None)
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
         self._thread.join()
         self._thread = None
+
+    def _take(self) -> list[tuple[int, int, Tensors, dict[str, Any] | None]] | None:
+        """The next batch: ``batch`` checkpoints, or what is there after ``BATCH_WAIT_S``, or
+        the rest when closing; ``None`` when closed and drained."""
+        with self._cv:
+            if not self._closing and len(self._items) < max(1, self._batch):
+                self._cv.wait_for(
+                    lambda: self._closing or len(self._items) >= max(1, self._batch),
+                    timeout=BATCH_WAIT_S,
+                )
+            while not self._items:
+                if self._closing:
+                    return None
+                self._cv.wait(BATCH_WAIT_S)
+            batch = list(self._items)
+            self._items.clear()
+            self._cv.notify_all()  # a producer waiting for room
+            return batch
 
     def _loop(self) -> None:
         prev: Tensors | None = self._prev
         log = open(self.log_path, "a", encoding="utf-8")
         try:
             while True:
-                item = self._queue.get()
-                if item is None:
+                batch = self._take()
+                if batch is None:
                     return
-                index, step, ck, ext = item
-                line = self._commit(index, step, ck, prev, ext)
-                log.write(line)
-                if self._queue.empty():  # caught up: flush; behind: one flush for the batch
-                    log.flush()
-                prev = ck
+                for index, step, ck, ext in batch:
+                    log.write(self._commit(index, step, ck, prev, ext))
+                    prev = ck
+                log.flush()  # one write per batch; each line follows its blob (written above)
         except BaseException as e:  # surfaced in the training thread
-            self._error = e
-            while True:  # drain so the producer never blocks forever
-                try:
-                    if self._queue.get(timeout=1.0) is None:
-                        return
-                except queue.Empty:
-                    return
+            with self._cv:
+                self._error = e
+                self._items.clear()  # nothing after a failure is committed
+                self._cv.notify_all()
         finally:
             log.close()
 

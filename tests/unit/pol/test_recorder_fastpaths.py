@@ -102,3 +102,79 @@ def test_seed_step_seeds_cuda_once_initialised() -> None:
     want = torch.rand(16, device="cuda")
     seed_step(7, 3, 0)
     assert torch.equal(torch.rand(16, device="cuda"), want)
+
+
+def test_weights_moved_to_new_storage_are_still_checked() -> None:
+    """The flat views are remade when a parameter's storage moves (``p.data = ...``)."""
+    ps = _params(0, 1.0)
+    rec = _checker(ps)
+    Recorder._check_finite(rec)
+    ps[1].data = ps[1].data.clone()
+    ps[1].data[0, 0] = float("nan")
+    with pytest.raises(TrainingDiverged, match="p1"):
+        Recorder._check_finite(rec)
+
+
+def test_mixed_dtype_weights_are_checked() -> None:
+    ps = _params(0, 1.0)
+    ps[0].data = ps[0].data.double()
+    Recorder._check_finite(_checker(ps))
+    ps[0].data[3] = float("inf")
+    with pytest.raises(TrainingDiverged, match="p0"):
+        Recorder._check_finite(_checker(ps))
+
+
+@pytest.mark.parametrize("kind", ["cross_entropy", "next_token_cross_entropy", "mse"])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_loss_under_cpu_autocast_is_the_float32_loss(kind: str, smoothing: float) -> None:
+    """The Recorder computes the loss under the user's CPU autocast: the same bits as without
+    it (the loss ops are not lowered on the CPU; a torch release that changes it fails here)."""
+    from dk.pol.torch_adapter import make_loss
+
+    job = SimpleNamespace(train={"loss": kind, "label_smoothing": smoothing})
+    fn = make_loss(job, 10)  # type: ignore[arg-type]
+    g = torch.Generator().manual_seed(3)
+    if kind == "next_token_cross_entropy":
+        out, y = torch.randn(4, 16, 10, generator=g), torch.randint(0, 10, (4, 16), generator=g)
+    else:
+        out, y = torch.randn(32, 10, generator=g), torch.randint(0, 10, (32,), generator=g)
+    want = fn(out, y)
+    for dt in (torch.bfloat16, torch.float16):
+        with torch.autocast("cpu", dtype=dt):
+            got = fn(out, y)
+        assert got.dtype == torch.float32
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+
+
+@pytest.mark.parametrize("acc", [1, 2, 3, 7])
+def test_loss_meter_divides_like_the_step(acc: int) -> None:
+    """``LossMeter`` divides the stacked float32 losses once per interval: the bits of each
+    0-d ``loss / acc`` that the step back-propagates (SPEC §11.7)."""
+    from dk.pol.loss import LossMeter, interval_loss, step_loss
+
+    g = torch.Generator().manual_seed(acc)
+    vals = (torch.rand(5, acc, generator=g) * 7).unbind(0)
+    m = LossMeter(acc)
+    for row in vals:
+        for v in row.unbind(0):
+            m.add(v)
+        m.end_step()
+    want = interval_loss([step_loss([float(v / acc) for v in row.unbind(0)]) for row in vals])
+    assert m.take() == want
+    n = LossMeter(acc)  # numbers (a step engine's losses): divided in float32 too
+    for row in vals:
+        for v in row.unbind(0):
+            n.add(float(v))
+        n.end_step()
+    assert n.take() == want
+
+
+def test_block_derived_step_seeds_are_the_step_seeds() -> None:
+    rec: Any = SimpleNamespace(
+        job=SimpleNamespace(train={"accumulation": 2}),
+        _seed=11,
+        _seeds=(0, 0, []),
+        _derive_seed=step_seed,
+    )
+    for step, micro in ((0, 0), (0, 1), (63, 1), (64, 0), (70, 2), (3, 0), (200, 1)):
+        assert Recorder._step_seed(rec, step, micro) == step_seed(11, step, micro)

@@ -24,13 +24,15 @@ def _ck(step: int) -> dict[str, np.ndarray]:
     }
 
 
-def _writer(tmp_path: Path, depth: int = 2) -> CommitWriter:
+def _writer(tmp_path: Path, depth: int = 2, batch_bytes: int = 0) -> CommitWriter:
     info = RunInfo(job_id="00" * 32, data_root="00" * 32, interval=2, steps=6)
-    return CommitWriter(tmp_path, info, Sampler(seed=1, n=20, batch_size=4), depth=depth)
+    sampler = Sampler(seed=1, n=20, batch_size=4)
+    return CommitWriter(tmp_path, info, sampler, depth=depth, batch_bytes=batch_bytes)
 
 
-def test_commits_in_order_with_intervals(tmp_path: Path) -> None:
-    w = _writer(tmp_path)
+@pytest.mark.parametrize("batch_bytes", [0, 200, 1 << 20])  # one at a time, 3, all at once
+def test_commits_in_order_with_intervals(tmp_path: Path, batch_bytes: int) -> None:
+    w = _writer(tmp_path, batch_bytes=batch_bytes)
     w.start()
     cks = [_ck(s) for s in (0, 2, 4, 6)]
     for i, ck in enumerate(cks):
@@ -95,9 +97,45 @@ def test_the_queue_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     )
     t.start()
     t.join(0.5)
-    assert not done and w._queue.qsize() == 2  # one being written, two waiting, producer blocked
+    assert not done and w.pending() == 2  # one being written, two waiting, producer blocked
     gate.set()
     t.join(10)
     assert done
     w.close()
     assert len(w.info.checkpoints) == 6
+
+
+def test_a_batch_that_is_not_full_is_committed_soon(tmp_path: Path) -> None:
+    """Batched small checkpoints reach the log within ``BATCH_WAIT_S`` (a crash loses little)."""
+    import time
+
+    w = _writer(tmp_path, batch_bytes=1 << 20)
+    w.start()
+    w.put(0, 0, _ck(0))
+    w.put(1, 2, _ck(2))
+    deadline = time.monotonic() + 10 * writer.BATCH_WAIT_S + 5
+    while len(w.log_path.read_text().splitlines()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(w.log_path.read_text().splitlines()) == 2
+    assert w._batch == writer.MAX_BATCH  # the batch was not full
+    w.close()
+
+
+def test_a_new_blob_never_writes_through_an_existing_file(tmp_path: Path) -> None:
+    """A blob hard-linked into a bundle (or torn by a crash) is replaced, never written into."""
+    import os
+
+    from dk.pol.checkpoint import write_blob
+
+    ck = _ck(3)
+    root = checkpoint_root(ck)
+    (tmp_path / "blobs").mkdir()
+    path = tmp_path / blob_name(root)
+    path.write_bytes(b"torn")
+    os.link(path, tmp_path / "linked")
+    _, got, n = write_blob(tmp_path, ck, root, durable=False)
+    assert got == path and path.stat().st_size == n and path.read_bytes() != b"torn"
+    assert (tmp_path / "linked").read_bytes() == b"torn"  # the other link is untouched
+    path.unlink()
+    write_blob(tmp_path, ck, root, durable=False)  # new: created in place
+    assert checkpoint_root(ck) == root and path.stat().st_size == n
