@@ -37,4 +37,3 @@ def prove_and_verify(job: Any, run: Path) -> Any:
 
     bundle = prove_run(run, job, WORKER, run.parent / "bundle")
     return verify_bundle(bundle, job, beacon=BEACON, samples=1000)
-

@@ -89,7 +89,7 @@ def test_trainer_records_a_bundle_that_verifies(tmp_path: Path, accumulation: in
 
 
 def test_a_different_learning_rate_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(JobMismatch, match="scheduler gives lr 0.1 at step 0"):
+    with pytest.raises(JobMismatch, match=r"scheduler gives lr 0\.1 at step 0"):
         _train(small_job(), tmp_path / "run", lr_scale=2.0)
     assert not (tmp_path / "run" / "run.json").exists()
 

@@ -98,7 +98,7 @@ def test_the_same_run_as_a_plain_loop(tmp_path: Path) -> None:
 
 def test_a_different_learning_rate_is_refused(tmp_path: Path) -> None:
     job = small_job()
-    with pytest.raises(JobMismatch, match="scheduler gives lr 0.1 at step 0"):
+    with pytest.raises(JobMismatch, match=r"scheduler gives lr 0\.1 at step 0"):
         _fit(job, tmp_path / "run", Module(job, lr_scale=2.0))
     assert not (tmp_path / "run" / "run.json").exists()
 

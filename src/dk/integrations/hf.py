@@ -115,14 +115,16 @@ class DkTrainerCallback(TrainerCallback):  # type: ignore[misc]
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         """Check the arguments, attach the Recorder, record the Trainer's optimizer."""
         self._check_args(args, kw.get("train_dataloader"))
-        opt, sched = kw["optimizer"], kw.get("lr_scheduler")
+        opt: Any = kw["optimizer"]
         if not hasattr(opt, "optimizer"):
             raise JobMismatch("the Trainer's optimizer is not accelerate's wrapper")
-        sched = getattr(sched, "scheduler", sched)  # accelerate's wrapper, or the user's own
-        if sched is not None and getattr(sched, "optimizer", None) is opt:
-            sched.optimizer = opt.optimizer  # the Trainer's own scheduler: same groups, unwrapped
+        wrapped = kw.get("lr_scheduler")
+        sched: Any = getattr(wrapped, "scheduler", wrapped)  # accelerate's wrapper, or the user's
+        inner = opt.optimizer
+        if getattr(sched, "optimizer", None) is opt:
+            sched.optimizer = inner  # the Trainer's own scheduler: the same groups, unwrapped
         _, recorded, loader = self.recorder.attach(
-            model=self.model, optimizer=opt.optimizer, scheduler=sched
+            model=self.model, optimizer=inner, scheduler=sched
         )
         opt.optimizer = recorded
         self._batches = iter(loader)

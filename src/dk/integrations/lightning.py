@@ -43,7 +43,8 @@ except ImportError:  # pragma: no cover - the older distribution name
     try:
         from pytorch_lightning import Callback  # type: ignore[no-redef,assignment]
     except ImportError as e:
-        raise BackendUnavailable("Lightning is not installed: pip install 'dk-pol[lightning]'") from e
+        msg = "Lightning is not installed: pip install 'dk-pol[lightning]'"
+        raise BackendUnavailable(msg) from e
 
 __all__ = ["DkCallback"]
 
