@@ -88,6 +88,14 @@ def test_trainer_records_a_bundle_that_verifies(tmp_path: Path, accumulation: in
     assert report.challenged == [0, 1]
 
 
+def test_a_bf16_job_with_bf16_arguments_verifies(tmp_path: Path) -> None:
+    """The Trainer's own autocast is the job's precision (the Recorder checks every forward)."""
+    job = small_job(precision="bf16")
+    _train(job, tmp_path / "run", bf16=True)
+    report = prove_and_verify(job, tmp_path / "run")
+    assert report.ok, report.to_dict()
+
+
 def test_a_different_learning_rate_is_refused(tmp_path: Path) -> None:
     with pytest.raises(JobMismatch, match=r"scheduler gives lr 0\.1 at step 0"):
         _train(small_job(), tmp_path / "run", lr_scale=2.0)

@@ -78,6 +78,14 @@ def test_lightning_fit_records_a_bundle_that_verifies(tmp_path: Path, accumulati
     assert report.challenged == [0, 1]
 
 
+def test_a_bf16_job_under_bf16_mixed_verifies(tmp_path: Path) -> None:
+    """Lightning's own autocast is the job's precision (the Recorder checks every forward)."""
+    job = small_job(precision="bf16")
+    _fit(job, tmp_path / "run", precision="bf16-mixed")
+    report = prove_and_verify(job, tmp_path / "run")
+    assert report.ok, report.to_dict()
+
+
 def test_the_same_run_as_a_plain_loop(tmp_path: Path) -> None:
     """Lightning's closure path trains the very weights a plain loop with the Recorder does."""
     job = small_job()
