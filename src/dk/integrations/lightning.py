@@ -131,8 +131,10 @@ class DkCallback(Callback):  # type: ignore[misc]
             "max_steps": trainer.max_steps,
             "accumulate_grad_batches": trainer.accumulate_grad_batches,
             "gradient_clip_val": trainer.gradient_clip_val or None,
+            "world_size": trainer.world_size,  # a data-parallel job is dk.dist's, not this
         }
-        for k, want in {"max_steps": job.steps, "accumulate_grad_batches": acc}.items():
+        want_of = {"max_steps": job.steps, "accumulate_grad_batches": acc, "world_size": 1}
+        for k, want in want_of.items():
             if got[k] != want:
                 raise JobMismatch(f"Trainer({k}={got[k]!r}): the job says {want!r}")
         if got["gradient_clip_val"] is not None:
@@ -140,7 +142,9 @@ class DkCallback(Callback):  # type: ignore[misc]
         if str(trainer.precision) not in _PRECISION.get(prec, ()):
             raise JobMismatch(f"Trainer(precision={trainer.precision!r}): the job trains in {prec}")
         if len(trainer.optimizers) != 1 or len(trainer.lr_scheduler_configs) > 1:
-            raise JobMismatch("configure_optimizers must return one optimizer, one scheduler")
+            raise JobMismatch(
+                "configure_optimizers must return one optimizer, at most one scheduler"
+            )
         for c in trainer.lr_scheduler_configs:
             if (c.interval, c.frequency) != ("step", 1):
                 raise JobMismatch('the scheduler must step every step: {"interval": "step"}')
