@@ -49,6 +49,24 @@ class Module(L.LightningModule):  # type: ignore[misc]
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
 
+class ManualModule(Module):
+    """The same module with manual optimization: its own zero_grad, backward, step."""
+
+    def __init__(self, job: Any) -> None:
+        super().__init__(job)
+        self.automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        opt, sched = self.optimizers(), self.lr_schedulers()
+        x, y = batch
+        loss = F.cross_entropy(self.net(x), y)
+        opt.zero_grad()
+        self.manual_backward(loss)
+        opt.step()
+        sched.step()
+        return loss
+
+
 def _fit(job: Any, run: Path, module: Any = None, **trainer: Any) -> DkCallback:
     module = module if module is not None else Module(job)
     cb = DkCallback(Recorder(job, run), model=module.net)
@@ -82,6 +100,13 @@ def test_a_bf16_job_under_bf16_mixed_verifies(tmp_path: Path) -> None:
     """Lightning's own autocast is the job's precision (the Recorder checks every forward)."""
     job = small_job(precision="bf16")
     _fit(job, tmp_path / "run", precision="bf16-mixed")
+    report = prove_and_verify(job, tmp_path / "run")
+    assert report.ok, report.to_dict()
+
+
+def test_manual_optimization_verifies(tmp_path: Path) -> None:
+    job = small_job()
+    _fit(job, tmp_path / "run", ManualModule(job))
     report = prove_and_verify(job, tmp_path / "run")
     assert report.ok, report.to_dict()
 
