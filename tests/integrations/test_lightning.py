@@ -20,7 +20,9 @@ from dk.pol.torch_adapter import make_optimizer  # noqa: E402
 
 from .common import prove_and_verify, small_job  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::UserWarning", "ignore::DeprecationWarning", "ignore::FutureWarning"
+)
 
 
 class Module(L.LightningModule):  # type: ignore[misc]
