@@ -22,6 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "market": {"verifier", "pol", "crypto"},  # never the prover
     "fl": {"pol", "prover", "verifier", "crypto", "compress"},
     "dist": {"pol", "prover", "crypto"},  # data-parallel ranks (SPEC §8.5)
+    "integrations": {"pol"},  # Lightning / Hugging Face callbacks over the Recorder
     "vectors": {"crypto", "pol", "compress", "circuits", "prover", "verifier", "market", "fl"},
 }
 
