@@ -34,6 +34,15 @@ def _check_text(s: str) -> None:
 
 
 def _check(value: Any, depth: int = 0) -> None:
+    t = type(value)  # fast paths for the common leaves; subclasses take the general path
+    if t is str:
+        if not value.isascii():
+            _check_text(value)
+        return
+    if t is int:
+        if not -INT_LIMIT < value < INT_LIMIT:
+            raise FormatError("JSON integers must lie strictly between -2**64 and 2**64")
+        return
     if isinstance(value, dict | list | tuple) and depth >= MAX_DEPTH:
         raise FormatError(f"JSON nested deeper than {MAX_DEPTH}")
     if isinstance(value, dict):
@@ -59,9 +68,21 @@ def _check(value: Any, depth: int = 0) -> None:
         raise FormatError(f"cannot encode {type(value).__name__} in canonical JSON")
 
 
+def _string(s: str) -> bytes:
+    # JSON.stringify (RFC 8785 §3.2.2.2) writes printable ASCII other than '"' and '\\' as is.
+    if s.isascii() and s.isprintable() and '"' not in s and "\\" not in s:
+        return b'"' + s.encode("ascii") + b'"'
+    return rfc8785.dumps(s)
+
+
 def _encode(value: Any, out: list[bytes]) -> None:
     # ``value`` has passed _check: finite floats, str keys, valid Unicode, bounded depth.
-    if value is None:
+    t = type(value)
+    if t is str:
+        out.append(_string(value))
+    elif t is int:
+        out.append(str(value).encode("ascii"))
+    elif value is None:
         out.append(b"null")
     elif value is True:
         out.append(b"true")
@@ -69,15 +90,21 @@ def _encode(value: Any, out: list[bytes]) -> None:
         out.append(b"false")
     elif isinstance(value, int):
         out.append(str(int(value)).encode("ascii"))
-    elif isinstance(value, float | str):
-        out.append(rfc8785.dumps(value))  # ES Number::toString / JSON.stringify (RFC 8785 §3.2.2)
+    elif isinstance(value, str):
+        out.append(_string(value))
+    elif isinstance(value, float):
+        out.append(rfc8785.dumps(value))  # ES Number::toString (RFC 8785 §3.2.2.3)
     elif isinstance(value, dict):
         out.append(b"{")
-        # RFC 8785 §3.2.3: keys sorted by UTF-16 code units (big-endian bytes compare alike).
-        for i, k in enumerate(sorted(value, key=lambda k: k.encode("utf-16-be"))):
+        # RFC 8785 §3.2.3: keys sorted by UTF-16 code units (big-endian bytes compare alike);
+        # for ASCII keys that is plain string order.
+        keys = sorted(value)
+        if not all(k.isascii() for k in keys):
+            keys = sorted(value, key=lambda k: k.encode("utf-16-be"))
+        for i, k in enumerate(keys):
             if i:
                 out.append(b",")
-            out.append(rfc8785.dumps(k))
+            out.append(_string(k))
             out.append(b":")
             _encode(value[k], out)
         out.append(b"}")

@@ -166,3 +166,19 @@ def test_deep_nesting_is_refused_even_with_a_raised_recursion_limit() -> None:
         assert len(parse_json(inside, limit=1 << 20)) == 2
     finally:
         sys.setrecursionlimit(old)
+
+
+def test_string_fast_path_matches_rfc8785_for_every_code_point() -> None:
+    # canonical_json writes printable ASCII strings itself; everything else goes to rfc8785.
+    import random
+
+    import rfc8785
+
+    rng = random.Random(7)
+    chars = [chr(i) for i in range(0x110000) if not 0xD800 <= i < 0xE000]
+    for c in chars:
+        assert canonical_json(c) == rfc8785.dumps(c)
+    pool = [*chars[:0x300], '"', "\\", "\u2028"]
+    for _ in range(2000):
+        s = "".join(rng.choice(pool) for _ in range(8))
+        assert canonical_json({s: s}) == b"{" + rfc8785.dumps(s) + b":" + rfc8785.dumps(s) + b"}"
