@@ -33,44 +33,60 @@ def _check_text(s: str) -> None:
         raise FormatError("JSON strings must be valid Unicode (no lone surrogates)") from None
 
 
-def _check(value: Any, depth: int = 0) -> None:
+def _plain(s: str) -> bool:
+    # printable ASCII without '"' or '\\': JSON.stringify writes it as is (RFC 8785 §3.2.2.2)
+    return s.isascii() and s.isprintable() and '"' not in s and "\\" not in s
+
+
+def _check(value: Any, depth: int = 0) -> bool:
+    """Raise FormatError for what canonical JSON cannot hold; return True iff ``value`` is
+    *plain*: built of exactly dict, list, tuple, str, int, bool and None, with every string
+    and key printable ASCII without '"' or '\\' (so no floats and nothing to escape)."""
     t = type(value)  # fast paths for the common leaves; subclasses take the general path
     if t is str:
-        if not value.isascii():
-            _check_text(value)
-        return
+        if value.isascii():
+            return value.isprintable() and '"' not in value and "\\" not in value
+        _check_text(value)
+        return False
     if t is int:
         if not -INT_LIMIT < value < INT_LIMIT:
             raise FormatError("JSON integers must lie strictly between -2**64 and 2**64")
-        return
+        return True
+    if value is None or t is bool:
+        return True
     if isinstance(value, dict | list | tuple) and depth >= MAX_DEPTH:
         raise FormatError(f"JSON nested deeper than {MAX_DEPTH}")
+    plain = t is dict or t is list or t is tuple
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
                 raise FormatError("JSON object keys must be strings")
-            _check_text(k)
-            _check(v, depth + 1)
+            if type(k) is str and k.isascii():
+                plain = plain and _plain(k)
+            else:
+                _check_text(k)
+                plain = False
+            plain = _check(v, depth + 1) and plain
     elif isinstance(value, list | tuple):
         for v in value:
-            _check(v, depth + 1)
+            plain = _check(v, depth + 1) and plain
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise FormatError("JSON numbers must be finite")
     elif isinstance(value, str):
         _check_text(value)
-    elif isinstance(value, bool) or value is None:
-        return
+    elif isinstance(value, bool):
+        pass
     elif isinstance(value, int):
         if not -INT_LIMIT < value < INT_LIMIT:
             raise FormatError("JSON integers must lie strictly between -2**64 and 2**64")
     else:
         raise FormatError(f"cannot encode {type(value).__name__} in canonical JSON")
+    return plain
 
 
 def _string(s: str) -> bytes:
-    # JSON.stringify (RFC 8785 §3.2.2.2) writes printable ASCII other than '"' and '\\' as is.
-    if s.isascii() and s.isprintable() and '"' not in s and "\\" not in s:
+    if _plain(s):
         return b'"' + s.encode("ascii") + b'"'
     return rfc8785.dumps(s)
 
@@ -125,10 +141,19 @@ def canonical_json(value: Any) -> bytes:
             lone surrogates, integers outside ``(-2**64, 2**64)``, nesting deeper than 32,
             other types).
     """
-    _check(value)
+    if _check(value):
+        # a plain value (see _check) has no floats and no string to escape, and its keys are
+        # ASCII, whose code-point order is UTF-16 order: the standard encoder writes exactly
+        # the canonical form (integers in plain decimal)
+        return _PLAIN_ENCODER.encode(value).encode("ascii")
     out: list[bytes] = []
     _encode(value, out)
     return b"".join(out)
+
+
+_PLAIN_ENCODER = json.JSONEncoder(
+    ensure_ascii=True, allow_nan=False, sort_keys=True, separators=(",", ":"), check_circular=False
+)
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

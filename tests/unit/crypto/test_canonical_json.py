@@ -182,3 +182,40 @@ def test_string_fast_path_matches_rfc8785_for_every_code_point() -> None:
     for _ in range(2000):
         s = "".join(rng.choice(pool) for _ in range(8))
         assert canonical_json({s: s}) == b"{" + rfc8785.dumps(s) + b":" + rfc8785.dumps(s) + b"}"
+
+
+def test_plain_values_take_the_standard_encoder_and_agree_with_the_general_one() -> None:
+    # canonical_json hands values without floats or escapes to json's encoder (a fast path);
+    # on random documents it must write exactly what the general encoder writes
+    import random
+
+    from dk.crypto.canonical_json import _check, _encode
+
+    rng = random.Random(11)
+    words = ["a", "B", "z9", "_k", "o12", "~", " ", "", "é", 'q"', "b\\", "\x7f", "\x00"]
+    words.append("\U0001f600")
+
+    def doc(depth: int) -> object:
+        kind = rng.randrange(9 if depth < 5 else 5)
+        if kind == 0:
+            return rng.choice(words)
+        if kind == 1:
+            return rng.choice([0, -1, 7, 2**63 - 1, -(2**64) + 1, 2**64 - 1])
+        if kind == 2:
+            return rng.choice([True, False, None])
+        if kind == 3:
+            return rng.choice([0.5, 1.0, 1e21, -0.0]) if rng.random() < 0.2 else "plain"
+        if kind == 4:
+            return rng.choice(["x" * 40, "acct:" + "ab" * 32])
+        if kind in (5, 6):
+            return {rng.choice(words): doc(depth + 1) for _ in range(rng.randrange(4))}
+        return [doc(depth + 1) for _ in range(rng.randrange(4))]
+
+    plain = 0
+    for _ in range(3000):
+        d = doc(0)
+        out: list[bytes] = []
+        _encode(d, out)
+        assert canonical_json(d) == b"".join(out), d
+        plain += _check(d)
+    assert 500 < plain < 2900  # both paths were taken often

@@ -35,7 +35,8 @@ def proved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
 def test_served_demo_end_to_end(proved: tuple[Path, Path, Path], tmp_path: Path) -> None:
     job_path, bundle, worker_key = proved
     lines: list[str] = []
-    assert run_served_demo(bundle, job_path, tmp_path / "m", lines.append, worker_key=worker_key)
+    ok = run_served_demo(bundle, job_path, tmp_path / "m", lines.append, worker_key=worker_key)
+    assert ok, "\n".join(lines)
     text = "\n".join(lines)
     assert "listening on http://127.0.0.1:" in text
     assert "the server verifies its own copy: accept" in text
