@@ -3,7 +3,10 @@
 consumer writes a job → worker trains with recording → worker proves → verifier accepts →
 someone flips one byte of one checkpoint → verifier rejects with the reason → (when the market
 is installed) one job goes through a real ``dk market serve`` on 127.0.0.1, the consumer, the worker
-and the validators each a separate ``dk market … --url`` process with its own key file.
+and the validators each a separate ``dk market … --url`` process with its own key file; the order
+locks a fee priced from the job's work estimate (refunded in part at release), a whistleblower
+re-checks the attested result and a false whistle forfeits its deposit to the treasury, and a
+small tolerant job's order takes its tolerance from validators' signed calibration profiles.
 
 Run: ``python -m dk.demo [WORKDIR]`` (default ``demo-out/``, recreated).
 """
@@ -143,8 +146,11 @@ def _market_part(
 
         step(
             "8. one job through a market server: `dk market serve` on 127.0.0.1; the consumer, "
-            "the worker and four validators are separate processes, each with its own key file",
-            "dk market serve --port 0 & dk market … --url http://127.0.0.1:PORT --key PARTY.key",
+            "the worker, four validators and a whistleblower are separate processes, each with "
+            "its own key file; the fee escrow from the work estimate, a whistle, and a tolerant "
+            "order's tolerance from validators' calibration profiles (SPEC V §11-§13)",
+            "dk market serve --port 0 & dk market … --url http://127.0.0.1:PORT --key PARTY.key "
+            "(order --gflop-price, recheck, whistle, resolve-whistle, profile, treasury)",
         )
         return run_served_demo(bundle, job_path, work / "market", _say, worker_key=key_path)
     from dk.market.demo import run_demo

@@ -182,6 +182,13 @@ def market() -> None:
     help="Taken from a validator that withholds its share.",
 )
 @click.option(
+    "--min-profiles",
+    type=click.IntRange(1, 64),
+    default=3,
+    show_default=True,
+    help="Profiles a profiled order's tolerance needs at least (SPEC V §12).",
+)
+@click.option(
     "--clock",
     type=click.Choice(["system", "test"]),
     default="system",

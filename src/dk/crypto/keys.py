@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -24,6 +25,12 @@ PUBLIC_PREFIX = "dk-ed25519-public-v1:"
 PUBLIC_KEY_SIZE = 32
 SIGNATURE_SIZE = 64
 _MAX_KEY_FILE = 4096
+
+
+@lru_cache(maxsize=4096)
+def _public_key(raw: bytes) -> Ed25519PublicKey:
+    # decoded once per key (a market server checks the same accounts again and again)
+    return Ed25519PublicKey.from_public_bytes(raw)
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,7 @@ class VerifyKey:
         if len(signature) != SIGNATURE_SIZE:
             return False
         try:
-            Ed25519PublicKey.from_public_bytes(self.raw).verify(signature, message)
+            _public_key(self.raw).verify(signature, message)
         except (InvalidSignature, ValueError):
             return False
         return True

@@ -118,6 +118,16 @@ class RemoteMarket:
         raw = request if isinstance(request, bytes) else canonical_json(request)
         return self._post("/v1/requests", raw)
 
+    def execute_batch(self, requests: list[dict[str, Any] | bytes]) -> list[dict[str, Any]]:
+        """Send several signed envelopes in one POST; each is applied on its own.
+
+        Returns:
+            One entry per envelope, in order: ``{"ok": DATA}`` or
+            ``{"error": {"reason": CODE, "message": TEXT}}``.
+        """
+        raws = [r if isinstance(r, bytes) else canonical_json(r) for r in requests]
+        return list(self._post("/v1/requests/batch", b"[" + b",".join(raws) + b"]")["results"])
+
     def upload_job(self, job_path: str | Path) -> str:
         """Upload ``job.toml``; returns its job id (hex)."""
         return self._post("/v1/jobs", Path(job_path).read_bytes(), "text/plain")["job_id"]

@@ -8,6 +8,13 @@ Ed25519 key file (``dk keygen``) and, for validators, its own BLS key file
 verifies its own copy, uploaded by ``dk market verify`` (SPEC Part V §9). The challenge window is
 measured on the server's clock, so the demo orders a short window and waits it out.
 
+The single-worker demo also shows the roles of SPEC Part V §11-§13: the consumer's order locks
+a verification fee priced from the job's work estimate (``--gflop-price``) and the release
+refunds what the verification did not use; a whistleblower (its own process and key) re-checks
+the attested verification with the recorded beacon and, whistling anyway, forfeits its deposit
+to the treasury; and a small tolerant job's order takes its tolerance from validators' signed
+calibration profiles (the lower median at the match; an outlying profile loses its deposit).
+
 This module orchestrates processes only: it holds no market logic and signs nothing.
 """
 
@@ -27,10 +34,20 @@ from typing import Any
 VALIDATORS = ("val-1", "val-2", "val-3", "val-4")
 PARTIES = ("consumer", "worker", *VALIDATORS)
 RANKS = ("rank-0", "rank-1")  # the cluster demo's two workers (SPEC V §14)
-WINDOW_S = 2
+WHISTLER = "whistler"  # re-checks attested results and may whistle (SPEC V §13)
+WINDOW_S = 2  # the cluster demo's challenge window (server seconds)
+ROLES_WINDOW_S = 20  # single-worker demo: the whistle (posted first) and the profiles run in it
+GFLOP_PRICE = 400  # the demo's price of a GFLOP of verification work (SPEC V §11)
+WHISTLE_DEPOSIT = 10
+OUTLIER = 1.0  # a profile's tolerance far looser than any honest calibration here
+PROFILES = 2  # profiles the tolerant order needs (two honest ones; a third is an outlier)
+TOLERANT_JOB = [
+    "job", "init", "--mode", "tolerant", "--steps", "40", "--interval", "10",
+    "--out", "tolerant.toml", "--force", "--json",
+]  # fmt: skip
 CALL_TIMEOUT_S = 300.0
 START_TIMEOUT_S = 60.0
-SETTLE_TRIES = 20
+SETTLE_AFTER_WINDOW_S = 60.0
 
 
 class DemoFailed(Exception):
@@ -201,7 +218,8 @@ def _run(
     for wkey in workers.values():
         if not wkey.is_file():
             raise DemoFailed(f"no worker key {wkey}")
-    parties = ("consumer", *workers, *VALIDATORS)
+    roles = len(workers) == 1  # the roles of SPEC V §11-§13 in the single-worker demo
+    parties = ("consumer", *workers, *VALIDATORS, *([WHISTLER] if roles else []))
     for stale in ("market.db", "market.db-wal", "market.db-shm", "server.log"):
         (work / stale).unlink(missing_ok=True)
     dk = _Cli(work)
@@ -209,30 +227,38 @@ def _run(
     own = [p for p in parties if p not in workers]
     key = {p: work / f"{p}.key" for p in own}
     bls = {v: work / f"{v}.bls" for v in VALIDATORS}
-    for f in [*key.values(), *bls.values()]:
+    for f in [*key.values(), *bls.values()]:  # a re-run makes fresh keys
         f.unlink(missing_ok=True)
+        f.with_name(f.name + ".pub").unlink(missing_ok=True)
     key.update({w: k.resolve() for w, k in workers.items()})
     made = dk.all(
         *(["keygen", "--out", key[p], "--json"] for p in own),
         *(["market", "bls-keygen", bls[v], "--json"] for v in VALIDATORS),
+        *([TOLERANT_JOB] if roles else []),  # the consumer's second, tolerant job (§12)
     )
     pub = {p: made[i]["public_key"] for i, p in enumerate(own)}
     pub.update({w: _pub_of(key[w]) for w in workers})
     who = {v: k for k, v in pub.items()}
     say(
-        "market: each party makes its own key files: consumer.key, val-1..4.key "
-        f"(dk keygen), val-1..4.bls (dk market bls-keygen); each worker keeps its own key "
+        "market: each party makes its own key files: consumer.key, val-1..4.key"
+        + (", whistler.key" if roles else "")
+        + " (dk keygen), val-1..4.bls (dk market bls-keygen); each worker keeps its own key "
         f"({', '.join(key[w].name for w in workers)})"
     )
 
-    init = dk("market", "init", "--db", "market.db", "--k", "2", "--n", "3", "--json")
+    init = dk(
+        "market", "init", "--db", "market.db", "--k", "2", "--n", "3", "--min-profiles",
+        str(PROFILES), "--json",
+    )  # fmt: skip
     say(
         f"market: new ledger market.db (market id {init['market_id'][:16]}…, clock = system: "
         "only the server's clock counts); 3 validators drawn per order, k = 2"
     )
     server, url = start_server(work / "market.db", work)
     try:
-        return _flow(dk, url, server, key, bls, who, bundle, job_path, say, list(workers))
+        return _flow(
+            dk, url, server, key, bls, who, bundle, job_path, say, list(workers), roles=roles
+        )
     finally:
         stop_server(server)
         say("market: server stopped with SIGTERM")
@@ -255,11 +281,15 @@ def _flow(
     job_path: Path,
     say: Callable[[str], None],
     workers: list[str],
+    *,
+    roles: bool = False,
 ) -> bool:
     u = ("--url", url)
-    parties = ("consumer", *workers, *VALIDATORS)
+    parties = ("consumer", *workers, *VALIDATORS, *([WHISTLER] if roles else []))
     size = len(workers)
     max_price = 120 * size
+    window = ROLES_WINDOW_S if roles else WINDOW_S
+    priced = ("--gflop-price", str(GFLOP_PRICE)) if roles else ()
     say(f"market: dk market serve --port 0 listening on {url} (pid {server.pid})")
     dk.all(*(["market", "deposit", *u, "--key", key[p], "1000"] for p in parties))
     say(f"market: {len(parties)} parties deposit 1000 each, each from its own process and key")
@@ -272,16 +302,28 @@ def _flow(
     say(f"market: {len(VALIDATORS)} validators register their BLS key and lock the minimum stake")
     placed = dk(
         "market", "order", *u, "--key", key["consumer"], "--job", job_path, "--max-price",
-        str(max_price), "--min-stake", "50", "--deadline", "3600", "--window", str(WINDOW_S),
-        "--tag", "hw=cpu", "--json",
+        str(max_price), "--min-stake", "50", "--deadline", "3600", "--window", str(window),
+        "--tag", "hw=cpu", *priced, "--json",
     )  # fmt: skip
     oid = placed["order_id"]
     cluster = f", a cluster of {size} workers (SPEC V §14)" if size > 1 else ""
+    fee = int(placed.get("fee", 0))
     say(
-        f"market: consumer orders job {placed['job_id'][:16]}… as {oid}: {max_price} in escrow, "
-        f"window {WINDOW_S} s, policy {json.dumps(placed['policy'], sort_keys=True)} "
+        f"market: consumer orders job {placed['job_id'][:16]}… as {oid}: "
+        f"{max_price + fee} in escrow, window {window} s, policy "
+        f"{json.dumps(placed['policy'], sort_keys=True)} "
         f"(samples null: the economic default, SPEC V §10){cluster}"
     )
+    if "estimate" in placed:
+        est = placed["estimate"]
+        say(
+            f"market:   work estimate (SPEC V §11): {est['flops_per_step'] / 1e3:.0f} kFLOP per "
+            f"step × {est['train_flops'] // est['flops_per_step']} steps = "
+            f"{est['train_flops'] / 1e9:.2f} GFLOP of training; verification of at most "
+            f"{est['fee_intervals']} intervals by k validators = "
+            f"{est['verify_flops'] / 1e9:.2f} GFLOP, at {GFLOP_PRICE} per GFLOP a fee of {fee}: "
+            f"escrow locks price {max_price} + fee {fee}"
+        )
     for w in workers:
         bid = dk(
             "market", "bid", *u, "--key", key[w], "--price", "100", "--stake", "50",
@@ -335,31 +377,43 @@ def _flow(
     )
     attesters = drawn[:2]
     t0 = time.perf_counter()
-    dk.all(
+    recheck = ["market", "recheck", *u, oid, bundle, "--job", job_path, "--json"]
+    done = dk.all(
         *(
             ["market", "attest", *u, "--key", key[v], "--bls-key", bls[v], "--job", job_path,
              oid, bundle, "--json"]
             for v in attesters
-        )
+        ),
+        *([recheck] if roles else []),
     )  # fmt: skip
     say(
         f"market: {', '.join(attesters)} each re-verify on their own and attest "
         f"({time.perf_counter() - t0:.1f} s, in parallel)"
     )
+    if roles:
+        found = done[-1]
+        say(
+            f"market: meanwhile the whistleblower re-checks {oid} on its own machine with the "
+            f"recorded beacon (dk market recheck): {found['verdict']}, challenged intervals "
+            f"{found['challenged']}, failing {found['failing'] or 'none'}; its report digest "
+            f"{'matches' if found['matches'] else 'DIFFERS FROM'} the one the validators sign"
+        )
     acc = dk("market", "accept", *u, oid, "--json")
     say(
         f"market: {len(acc['signers'])} BLS attestations aggregated and checked at once; "
         f"challenge window ends at server time {acc['window_end']}"
     )
     t0 = time.perf_counter()
+    if roles:
+        _whistle(dk, u, key, oid, bundle, job_path, found["challenged"], say)
+        _profiles(dk, u, key, who, workers[0], job_path, say)
     settled = None
-    for _ in range(SETTLE_TRIES):
+    deadline = time.monotonic() + window + SETTLE_AFTER_WINDOW_S
+    while settled is None and time.monotonic() < deadline:
         time.sleep(0.5)
         settled = dk("market", "settle", *u, oid, "--json", check=False)
-        if settled is not None:
-            break
     if settled is None:
-        raise DemoFailed(f"{oid} not settleable after {SETTLE_TRIES} tries")
+        raise DemoFailed(f"{oid} not settleable {SETTLE_AFTER_WINDOW_S:.0f} s after its window")
     balances = dk.all(
         *(["market", "balance", *u, "--key", key[p], "--json"] for p in (*workers, "consumer"))
     )
@@ -367,9 +421,20 @@ def _flow(
     paid = ", ".join(f"{w} balance {b}" for w, b in zip(workers, mine, strict=True))
     paid += f", consumer {theirs}"
     say(
-        f"market: waited {time.perf_counter() - t0:.1f} s for the server's clock, no challenge: "
-        f"{settled['outcome']}; {paid}"
+        f"market: settled {time.perf_counter() - t0:.1f} s after the acceptance, once the "
+        f"server's clock passed the window with no challenge: {settled['outcome']}; {paid}"
     )
+    if settled.get("fee"):
+        paid_to = ", ".join(f"{who[v]} +{n}" for v, n in settled["fee_paid"].items())
+        used = sum(settled["fee_paid"].values())
+        say(
+            f"market:   the fee: {settled['fee']} was locked for up to "
+            f"{placed['fee_intervals']} challenged intervals; the verification challenged "
+            f"{len(found['challenged'])}, so the attesters are paid {used} ({paid_to}) and the "
+            f"consumer gets back the excess, {settled['refund']} (the "
+            f"{max_price - int(matched['price'])} the price came under max_price went back at "
+            "the match)"
+        )
     report = dk("market", "audit", *u, "--json", check=False)
     ok = report is not None and bool(report.get("ok"))
     if report is not None:
@@ -382,3 +447,92 @@ def _flow(
     else:
         say("market: dk market audit --url: FAILED")
     return settled["outcome"] == "released" and ok
+
+
+def _whistle(
+    dk: _Cli,
+    u: tuple[str, str],
+    key: dict[str, Path],
+    oid: str,
+    bundle: Path,
+    job_path: Path,
+    challenged: list[int],
+    say: Callable[[str], None],
+) -> None:
+    """A false whistle (SPEC V §13): posted on a challenged interval that replays, decided by
+    the server's replay, its deposit forfeited to the treasury."""
+    interval = challenged[0]
+    w = dk(
+        "market", "whistle", *u, "--key", key[WHISTLER], oid, "--deposit",
+        str(WHISTLE_DEPOSIT), "--interval", str(interval), "--json",
+    )  # fmt: skip
+    say(
+        f"market: a careless whistleblower (whistler.key) whistles on {oid}'s interval "
+        f"{interval} anyway, staking {w['deposit']} ({w['whistle_id']}); the order cannot "
+        "settle while the whistle is open"
+    )
+    r = dk("market", "resolve-whistle", *u, w["whistle_id"], bundle, "--job", job_path, "--json")
+    say(
+        f"market: the server replays interval {interval}: {r['verdict']}, so the whistle is "
+        f"{'true' if r['upheld'] else 'false'}: its deposit {r.get('forfeited', 0)} goes to "
+        "the treasury (not to the attesters), the order stays accepted"
+    )
+
+
+def _profiles(
+    dk: _Cli,
+    u: tuple[str, str],
+    key: dict[str, Path],
+    who: dict[str, str],
+    worker: str,
+    job_path: Path,
+    say: Callable[[str], None],
+) -> None:
+    """Verifier profiling (SPEC V §12): a small tolerant job's order takes its tolerance from
+    the validators' signed calibration profiles; an outlying profile loses its deposit."""
+    tol = dk.cwd / "tolerant.toml"  # written by the consumer (dk job init) at the start
+    placed = dk(
+        "market", "order", *u, "--key", key["consumer"], "--job", tol, "--max-price", "60",
+        "--min-stake", "10", "--deadline", "3600", "--profiles", str(PROFILES),
+        "--tag", "mode=tolerant", "--json",
+    )  # fmt: skip
+    oid = placed["order_id"]
+    say(
+        f"market: consumer orders a small tolerant job ({tol.name}, 40 steps) as {oid} with "
+        f"--profiles {PROFILES}: its tolerance will come from the validators who judge it "
+        "(SPEC V §12)"
+    )
+    honest = VALIDATORS[:PROFILES]
+    outlier = dk.cwd / "val-4.calibration.json"
+    outlier.write_text(json.dumps({"max_l2": OUTLIER / 10, "recommended_tolerance": OUTLIER}))
+    posted = dk.all(
+        *(["market", "profile", *u, "--key", key[v], oid, "--job", tol, "--json"]
+          for v in honest),
+        ["market", "profile", *u, "--key", key[VALIDATORS[-1]], oid, "--calibration", outlier,
+         "--json"],
+    )  # fmt: skip
+    for v, p in zip((*honest, VALIDATORS[-1]), posted, strict=True):
+        how = "ran dk calibrate on the job" if v in honest else "posts a contradicting profile"
+        say(
+            f"market:   {v} {how}: signed profile {p['profile_id']}, honest distance "
+            f"{p['distance']:.2g}, tolerance {p['tolerance']:.2g}, deposit {p['deposit']} locked"
+        )
+    dk("market", "bid", *u, "--key", key[worker], "--price", "50", "--stake", "10",
+       "--tag", "mode=tolerant", "--json")  # fmt: skip
+    m = dk("market", "match", *u, "--key", key["consumer"], oid, "--json")
+    forfeited = ", ".join(m.get("forfeited", [])) or "none"
+    say(
+        f"market: {worker} bids and the consumer matches {oid}: the market fixes the tolerance "
+        f"at the lower median of the {len(m['profiles'])} profiles, {m['tolerance']:.2g}; "
+        f"a profile more than profile_factor times off it loses its deposit to the treasury: "
+        f"{forfeited}; "
+        f"the others get theirs back. Every verification of {oid} now judges at that tolerance "
+        f"(this demo stops the order here; drawn: "
+        f"{', '.join(who[v] for v in m['validators'])})"
+    )
+    t = dk("market", "treasury", *u, "--json")
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(t["in"].items()))
+    say(
+        f"market: dk market treasury: balance {t['balance']} (in by kind: {kinds}; out "
+        f"{t['total_out']}); conserved: {t['conserved']}"
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from dk.crypto.canonical_json import canonical_json, parse_json
@@ -157,18 +158,17 @@ def parse_request(data: bytes | dict[str, Any], *, market_id: bytes) -> SignedRe
         raise bad("request names another market", "WRONG_MARKET")
     if body["action"] not in ACTIONS:
         raise bad(f"unknown action {body['action']!r}", "UNKNOWN_ACTION")
-    try:
-        account = VerifyKey.from_hex(body["account"])
-    except FormatError:
-        raise bad("account must be a 64-character hex Ed25519 key") from None
-    if account.hex() != body["account"]:
-        raise bad("account must be lowercase hex")
+    account = _account_key(body["account"]) if isinstance(body["account"], str) else None
+    if account is None:
+        raise bad("account must be 64 lowercase hex characters (an Ed25519 key)")
     if not isinstance(sig_hex, str) or len(sig_hex) != 128:
         raise bad("signature must be 128 hex characters", "BAD_SIGNATURE")
     try:
         sig = bytes.fromhex(sig_hex)
     except ValueError:
         raise bad("signature is not hex", "BAD_SIGNATURE") from None
+    if len(sig) != 64:  # fromhex skips ASCII whitespace
+        raise bad("signature must be 128 hex characters", "BAD_SIGNATURE")
     body_bytes = canonical_json(body)
     if len(body_bytes) > MAX_REQUEST:
         raise bad(f"body is over {MAX_REQUEST} bytes")
@@ -182,5 +182,18 @@ def parse_request(data: bytes | dict[str, Any], *, market_id: bytes) -> SignedRe
         action=body["action"],
         params=body["params"],
         digest=digest,
-        raw=b'{"body":' + body_bytes + b',"signature":' + canonical_json(sig_hex) + b"}",
+        # sig_hex is 128 hex digits (64 bytes from 128 characters), so its canonical JSON
+        # is itself in quotes
+        raw=b'{"body":' + body_bytes + b',"signature":"' + sig_hex.encode("ascii") + b'"}',
     )
+
+
+@lru_cache(maxsize=4096)
+def _account_key(account: str) -> VerifyKey | None:
+    """The key of a lowercase-hex account, parsed once per account (a server sees the same
+    accounts again and again; the key keeps its decoded point), or None if it is not one."""
+    try:
+        key = VerifyKey.from_hex(account)
+    except FormatError:
+        return None
+    return key if key.hex() == account else None

@@ -201,3 +201,19 @@ def test_fast_paths_are_byte_identical_to_the_rfc8785_library() -> None:
     for v in [1e-7, 1e-6, 1e-5, 1e-4, 0.1, 1.0, 10.0, 1e15, 1e16, 1e20, 1e21, 1e22, 5e-324]:
         for x in (v, -v, v * 1.5, -v * 3.25):
             assert canonical_json(x) == rfc8785.dumps(x), x
+
+
+def test_string_fast_path_matches_rfc8785_for_every_code_point() -> None:
+    # canonical_json writes printable ASCII strings itself; everything else goes to rfc8785.
+    import random
+
+    import rfc8785
+
+    rng = random.Random(7)
+    chars = [chr(i) for i in range(0x110000) if not 0xD800 <= i < 0xE000]
+    for c in chars:
+        assert canonical_json(c) == rfc8785.dumps(c)
+    pool = [*chars[:0x300], '"', "\\", "\u2028"]
+    for _ in range(2000):
+        s = "".join(rng.choice(pool) for _ in range(8))
+        assert canonical_json({s: s}) == b"{" + rfc8785.dumps(s) + b":" + rfc8785.dumps(s) + b"}"

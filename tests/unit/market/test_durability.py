@@ -11,6 +11,8 @@ from pathlib import Path
 
 from market_support import T0, World, key
 
+from dk.crypto.keys import SigningKey
+
 HERE = Path(__file__).parent
 SCRIPT = str(HERE / "crash_worker.py")
 
@@ -63,3 +65,30 @@ def test_two_processes_writing_at_once_lose_no_update(world: World) -> None:
     assert report.ok, report.problems
     kinds = dict(world.m.ledger.con.execute("SELECT kind, COUNT(*) FROM events GROUP BY kind"))
     assert kinds["transfer"] == 2 * rounds and kinds["deposit"] == 2 * rounds + 7
+
+
+def test_background_checkpoints_move_the_log_into_the_database(tmp_path: Path) -> None:
+    # the server's ledger checkpoints beside the writer (SPEC V Notes), not inside commits
+    from dk.market import Client, Market, MarketConfig
+    from dk.market.ledger import CHECKPOINT_BACKSTOP
+
+    db = tmp_path / "m.db"
+    Market.create(db, config=MarketConfig(), salt=b"ckpt").close()
+    m = Market(db)
+    try:
+        assert m.ledger.start_checkpoints(0.05)
+        assert m.ledger.con.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == (
+            CHECKPOINT_BACKSTOP
+        )
+        size = db.stat().st_size
+        c = Client(SigningKey(bytes([3]) * 32), m.market_id)
+        for _ in range(40):  # about 200 pages: below SQLite's own 1000-page checkpoint
+            m.execute(c.request("deposit", amount=1))
+        deadline = time.monotonic() + 10
+        while db.stat().st_size == size and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert db.stat().st_size > size  # the pages reached the database file
+        assert m.balance(c.account) == 40
+    finally:
+        m.close()
+    assert Market(db).audit(check_bls=False).ok

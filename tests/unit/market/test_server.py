@@ -424,3 +424,42 @@ def test_kill_9_mid_settlement_then_restart_audits_clean(tmp_path: Path) -> None
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(20)
+
+
+def test_batch_applies_each_envelope_on_its_own(remote: RemoteMarket) -> None:
+    c = clients(remote.market_id)
+    good = c["consumer"].request("deposit", amount=5)
+    forged = c["worker"].request("deposit", amount=7)
+    forged = {**forged, "signature": "00" * 64}
+    other = Client(key(9), bytes(32)).request("deposit", amount=3)
+    after = c["worker"].request("deposit", amount=11)
+    results = remote.execute_batch([good, forged, good, other, after])
+    assert "ok" in results[0] and results[0]["ok"]["amount"] == 5
+    assert results[1]["error"]["reason"] == "BAD_SIGNATURE"
+    assert results[2]["error"]["reason"] == "REPLAY"  # the same envelope again: once only
+    assert results[3]["error"]["reason"] == "WRONG_MARKET"
+    assert results[4]["ok"]["amount"] == 11  # a refusal before it refuses nothing else
+    assert remote.balance(c["consumer"].account) == 5
+    assert remote.balance(c["worker"].account) == 11
+    kinds = [e["body"]["kind"] for e in remote.events(after=0)["events"]]
+    assert kinds.count("deposit") == 2  # one event (one transaction) per applied envelope
+    assert remote.audit(check_bls=False)["ok"] is True
+    for bad in (b"{}", b"[]", b"[" + b",".join([b"{}"] * 65) + b"]", b"[1,"):
+        r = remote._http.post("/v1/requests/batch", content=bad)
+        assert r.status_code == 400 and r.json()["error"]["reason"] == "MALFORMED_REQUEST"
+    r = remote._http.post("/v1/requests/batch", content=b"[" + b" " * (5 << 20) + b"]")
+    assert r.status_code == 413 and r.json()["error"]["reason"] == "TOO_LARGE"
+
+
+def test_single_requests_skip_the_router_but_not_its_rules(remote: RemoteMarket) -> None:
+    # POST /v1/requests is answered before the router: same codes, bodies and limits
+    r = remote._http.get("/v1/requests")
+    assert r.status_code == 405 and r.json()["error"]["reason"] == "METHOD_NOT_ALLOWED"
+    r = remote._http.post("/v1/requests", content=b"[]")
+    assert r.status_code == 400 and r.json()["error"]["reason"] == "MALFORMED_REQUEST"
+    c = clients(remote.market_id)
+    r = remote._http.post(
+        "/v1/requests", content=json.dumps(c["worker"].request("deposit", amount=2))
+    )
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    assert r.json()["amount"] == 2
