@@ -579,8 +579,8 @@ class Recorder:
 
         On the CPU the per-tensor norms come from one ``torch._foreach_norm`` call, whose CPU
         implementation is the per-tensor ``linalg.vector_norm`` loop in C++ (the same bits as
-        ``foreach=False``, tests/unit/pol/test_recorder_fastpaths.py); elsewhere, as the
-        replay computes it."""
+        ``foreach=False``, tests/unit/pol/test_recorder_fastpaths.py); elsewhere, and under the
+        rounded backend (whose log names each operation, SPEC VI), as the replay computes it."""
         clip = float(self.job.train.get("clip_norm", 0.0))
         if clip <= 0.0:
             return
@@ -588,7 +588,7 @@ class Recorder:
         if not grads:
             return
         utils = torch.nn.utils
-        if all(g.device.type == "cpu" and not g.is_sparse for g in grads):
+        if self.rounding is None and all(g.device.type == "cpu" and not g.is_sparse for g in grads):
             norms = torch._foreach_norm(grads, 2.0)
             total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
         else:

@@ -354,9 +354,18 @@ def test_threaded_hashing_gives_the_same_root(monkeypatch: pytest.MonkeyPatch) -
 
     seen: set[int] = set()
     real = stream._hash_leaves
+    # In the threaded pass the first two calls wait for each other: they meet only if two
+    # pool threads hash at once (a serial pool breaks the barrier; a fast thread that finished
+    # its part first could otherwise be handed every part, and the test would flake).
+    meet = threading.Barrier(2, timeout=30)
+    main = threading.get_ident()
 
     def spy(chunks: list[bytes | memoryview]) -> list[bytes]:
-        seen.add(threading.get_ident())
+        me = threading.get_ident()
+        if me != main and len(seen - {main}) < 2:
+            seen.add(me)
+            meet.wait()
+        seen.add(me)
         return real(chunks)
 
     monkeypatch.setattr(stream, "_hash_leaves", spy)
