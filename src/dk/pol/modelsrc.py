@@ -21,6 +21,7 @@ import importlib.util
 import os
 import stat
 import sys
+import threading
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -143,12 +144,16 @@ def init_seed(seed: int) -> int:
     return int(stream_words(stream_key("init", seed, b"torch"), 1)[0])
 
 
+_SEEDED_BUILD = threading.Lock()
+
+
 def build_custom(job: JobSpec) -> Any:
     """``factory(**kwargs)`` on CPU right after ``torch.manual_seed(init_seed)`` (SPEC §9.3)."""
     import torch
 
     factory = load_factory(job)
-    with torch.random.fork_rng(devices=[]):
+    # torch's CPU generator is process-wide: ranks on threads (dk.dist.local) build one at a time
+    with _SEEDED_BUILD, torch.random.fork_rng(devices=[]):
         torch.manual_seed(init_seed(job.seed))
         try:
             with torch.device("cpu"):

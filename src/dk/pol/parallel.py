@@ -105,7 +105,24 @@ def interval_digest(interval: int, rank: int, step_digests: list[bytes]) -> byte
     return tagged_hash(TAG_RANK_INTERVAL, u64(interval), u64(rank), *step_digests)
 
 
-class ParallelKernelSession(KernelSession):
+class RankDigests:
+    """Each rank's step digests, kept per interval until committed (SPEC §11.6)."""
+
+    _digests: dict[int, list[list[bytes]]]
+
+    def step_digests(self, interval: int) -> list[list[bytes]]:
+        """Each rank's step digests ``d_{r,t}`` of ``interval`` (rank-major)."""
+        return [list(d) for d in self._digests.get(interval, [])]
+
+    def rank_digests(self, interval: int) -> list[str]:
+        """``ext.rank_digests`` of ``interval``: hex ``D_{r,i}`` for ``r = 0 … W−1``."""
+        return [
+            interval_digest(interval, r, d).hex()
+            for r, d in enumerate(self._digests.get(interval, []))
+        ]
+
+
+class ParallelKernelSession(RankDigests, KernelSession):
     """A step engine for one rank of a data-parallel job (SPEC §8.5), or for all of them.
 
     With ``exchange`` the session is rank ``rank`` of a running group: it computes its own
@@ -233,17 +250,6 @@ class ParallelKernelSession(KernelSession):
             self.trainer.apply_gradients(self.params, self.state, combine(grads))
         self.t += 1
         return 0.0
-
-    def step_digests(self, interval: int) -> list[list[bytes]]:
-        """Each rank's step digests ``d_{r,t}`` of ``interval`` (rank-major)."""
-        return [list(d) for d in self._digests.get(interval, [])]
-
-    def rank_digests(self, interval: int) -> list[str]:
-        """``ext.rank_digests`` of ``interval``: hex ``D_{r,i}`` for ``r = 0 … W−1``."""
-        return [
-            interval_digest(interval, r, d).hex()
-            for r, d in enumerate(self._digests.get(interval, []))
-        ]
 
     def forget(self, interval: int) -> None:
         """Drop an interval's digests once committed."""

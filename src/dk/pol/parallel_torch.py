@@ -28,9 +28,9 @@ from dk.pol.parallel import (
     Exchange,
     Fault,
     Grads,
+    RankDigests,
     combine,
     grad_message,
-    interval_digest,
     parse_message,
     step_digest,
 )
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from dk.pol.job import JobSpec
 
 
-class ParallelTorchSession:
+class ParallelTorchSession(RankDigests):
     """A torch step engine for one rank of a tolerant data-parallel job, or for all of them.
 
     Same interface as :class:`dk.pol.parallel.ParallelKernelSession` (``step``,
@@ -217,17 +217,6 @@ class ParallelTorchSession:
         return 0.0
 
     # -- digests and evidence ----------------------------------------------------------
-    def step_digests(self, interval: int) -> list[list[bytes]]:
-        """Each rank's step digests ``d_{r,t}`` of ``interval`` (rank-major)."""
-        return [list(d) for d in self._digests.get(interval, [])]
-
-    def rank_digests(self, interval: int) -> list[str]:
-        """``ext.rank_digests`` of ``interval``: hex ``D_{r,i}`` for ``r = 0 … W−1``."""
-        return [
-            interval_digest(interval, r, d).hex()
-            for r, d in enumerate(self._digests.get(interval, []))
-        ]
-
     def messages(self, interval: int) -> bytes:
         """``ranks/<i>.msg`` (SPEC §11.6): the interval's messages, rank-major."""
         if self._messages is None:
