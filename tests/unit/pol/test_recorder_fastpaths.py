@@ -28,19 +28,22 @@ def _params(seed: int, scale: float) -> list[torch.nn.Parameter]:
     return ps
 
 
-def _clip_with_recorder(ps: list[torch.nn.Parameter], clip: float) -> None:
-    fake: Any = SimpleNamespace(job=SimpleNamespace(train={"clip_norm": clip}), _params=ps)
+def _clip_with_recorder(ps: list[torch.nn.Parameter], clip: float, rounding: Any = None) -> None:
+    # ``rounding`` set: the rounded backend's path (per-tensor norms, as its log names them)
+    job = SimpleNamespace(train={"clip_norm": clip})
+    fake: Any = SimpleNamespace(job=job, _params=ps, rounding=rounding)
     Recorder._clip_gradients(fake)
 
 
+@pytest.mark.parametrize("rounded", [False, True])
 @pytest.mark.parametrize("scale", [1e-4, 1.0, 1e3, float("nan")])
 @pytest.mark.parametrize("clip", [0.0, 0.5, 1e6])
-def test_clipping_is_the_jobs_clipping(scale: float, clip: float) -> None:
-    """Below, at and above the threshold, NaN gradients, and clipping off."""
+def test_clipping_is_the_jobs_clipping(scale: float, clip: float, rounded: bool) -> None:
+    """Below, at and above the threshold, NaN gradients, and clipping off (both paths)."""
     for seed in range(3):
         a, b = _params(seed, scale), _params(seed, scale)
         clip_gradients(SimpleNamespace(train={"clip_norm": clip}), a)  # type: ignore[arg-type]
-        _clip_with_recorder(b, clip)
+        _clip_with_recorder(b, clip, object() if rounded else None)
         for x, y in zip(a, b, strict=True):
             assert x.grad is not None and y.grad is not None
             assert torch.equal(x.grad.view(torch.int32), y.grad.view(torch.int32))
