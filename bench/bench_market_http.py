@@ -36,7 +36,8 @@ N_ORDERS = 500  # each is order + bid + match: 1,500 signed state changes per ru
 CLIENTS = 4
 BATCH = 16
 TARGET = 1000.0
-MATCH = object()  # placeholder: "sign a match of the order just placed"
+MATCH = object()  # sentinel in a lane's list: sign a match of the order just placed (its id comes
+# from the order's result, so this request cannot be signed ahead)
 
 
 def _requests(

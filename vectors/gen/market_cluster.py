@@ -263,8 +263,8 @@ def _ledger_flow() -> list[dict[str, Any]]:
         chain = [
             {"prev_hash": p.hex(), "hash": h.hex(), "body": b} for _, p, h, b in m.ledger.events()
         ]
-        _rep = m.audit(check_bls=False)
-        assert _rep.ok, _rep.problems
+        audit = m.audit(check_bls=False)
+        assert audit.ok, audit.problems
         m.close()
     return chain
 

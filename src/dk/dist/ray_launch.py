@@ -16,6 +16,7 @@ from typing import Any
 
 from dk.errors import BackendUnavailable, DkError, ExitCode
 from dk.pol.job import JobSpec, as_job
+from dk.pol.ray_init import ensure_ray
 from dk.pol.run import RunInfo, read_run
 
 
@@ -107,17 +108,7 @@ def train_on_ray(
         raise DkError(f"--world-size {world_size}, the job's train.world_size is {w}")
     if w < 2:
         raise DkError("the job has train.world_size = 1: train it without --ray")
-    if not ray.is_initialized():
-        os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-        if address == "local":
-            ray.init(
-                num_cpus=num_cpus,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        else:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
+    ensure_ray(ray, address, num_cpus)
     env = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": os.environ.get("NUMBA_NUM_THREADS", "1")}
     gpus = 1 if str(job.train.get("device", "cpu")).startswith("cuda") else 0  # NCCL ranks
     actor: Any = ray.remote(

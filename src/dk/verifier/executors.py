@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dk.errors import BackendUnavailable, DkError
+from dk.pol.ray_init import ensure_ray
 
 if TYPE_CHECKING:
     from dk.pol.job import JobSpec
@@ -92,17 +93,7 @@ class RayExecutor:
             ) from None
         self._ray = ray
         self.address, self.retries, self._kill_once = address, retries, kill_once
-        if not ray.is_initialized():
-            os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-            if address == "local":
-                ray.init(
-                    num_cpus=num_cpus,
-                    include_dashboard=False,
-                    log_to_driver=False,
-                    configure_logging=False,
-                )
-            else:
-                ray.init(address=address, log_to_driver=False, configure_logging=False)
+        ensure_ray(ray, address, num_cpus)
         self._task = ray.remote(_replay_remote)
 
     def replay(

@@ -82,7 +82,7 @@ def test_the_messages_hash_to_the_committed_rank_digests(honest_tol: tuple[Any, 
 
     from dk.pol.parallel import interval_digest, step_digest
 
-    job, bundle = honest_tol
+    _, bundle = honest_tol
     m = json.loads((bundle / "manifest.json").read_bytes())
     data = (bundle / "ranks" / "1.msg").read_bytes()
     msgs = split_messages(data, 2, 5, len(data) // 10)

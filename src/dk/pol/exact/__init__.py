@@ -2,8 +2,9 @@
 
 Every reduction has a fixed order, no multiply is fused into an add, and ``exp``/``log``/``erf``
 are computed with fixed arithmetic, so one training step gives the same bits on any thread
-count, on x86-64 and arm64 CPUs, and on a CUDA GPU. Numba is imported only when a trainer is
-built.
+count (tested) and, by construction, across CPUs and CUDA GPUs (tested on x86-64 only: arm64
+and a real GPU are untested, SPEC II §1; the CUDA kernels are checked under Numba's simulator).
+Numba is imported only when a trainer is built.
 
 >>> from dk.pol.exact import ExactTrainer
 >>> tr = ExactTrainer({"arch": "linear", "input_dim": 4, "output_dim": 2},
