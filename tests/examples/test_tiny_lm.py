@@ -17,11 +17,18 @@ BEACON = bytes(32)
 def test_record_prove_verify(tmp_path: Path) -> None:
     from tests.examples.loader import load_example
 
+    from dk.pol.calibrate import UnsafeTolerance
     from dk.pol.checkpoint import parse_blob
     from dk.pol.run import read_run
 
     ex = load_example("tiny_lm")
-    job = ex.consumer(tmp_path, text_bytes=8_000, steps=6, interval=2, seq_len=16)
+    # At CI size (2 steps per interval) no tolerance separates an honest worker on another CPU
+    # (torch's generic kernels: l2 ~ 0.04) from half the steps at double the learning rate
+    # (~0.3) by calibration's factor 10: `dk job init` refuses (the example's default size, 100
+    # steps per interval, calibrates). Same machine here, so any tolerance accepts the honest run.
+    with pytest.raises(UnsafeTolerance, match="would accept"):
+        ex.consumer(tmp_path, text_bytes=8_000, steps=6, interval=2, seq_len=16)
+    job = ex.consumer(tmp_path, text_bytes=8_000, steps=6, interval=2, seq_len=16, tolerance=0.5)
     t = job.train
     assert (t["optimizer"], t["schedule"], t["accumulation"], t["precision"]) == (
         "adamw",

@@ -642,20 +642,45 @@ def verify_many_cmd(
 
 @click.command(short_help="Recommend a tolerance for tolerant mode")
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--intervals", type=click.IntRange(1), default=3, show_default=True)
+@click.option(
+    "--intervals",
+    type=click.IntRange(1),
+    default=2,
+    show_default=True,
+    help="First intervals to train and replay (what `dk job init` uses too).",
+)
 @click.option(
     "--threads", default="1,2", show_default=True, help="Replay thread counts, comma-separated."
 )
 @click.option(
     "--devices", default="cpu", show_default=True, help="Devices to compare, e.g. 'cuda,cpu'."
 )
+@click.option(
+    "--cpu-variants/--no-cpu-variants",
+    default=None,
+    help="Also replay under torch's kernels for other CPUs (ATEN_CPU_CAPABILITY=default, and "
+    "every capability below this CPU's; a subprocess each), as a worker on another CPU "
+    "computes [default: on for tolerant jobs].",
+)
 @click.option("--force", is_flag=True, help="Recommend even if a cheat lands inside.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def calibrate(
-    app: App, job_file: str, intervals: int, threads: str, devices: str, force: bool, as_json: bool
+    app: App,
+    job_file: str,
+    intervals: int,
+    threads: str,
+    devices: str,
+    cpu_variants: bool | None,
+    force: bool,
+    as_json: bool,
 ) -> None:
-    """Measure honest replay error of JOB_FILE, the cheats' distances, and recommend a tolerance."""
+    """Measure honest replay error of JOB_FILE, the cheats' distances, and recommend a tolerance.
+
+    Honest error: each interval replayed under the other thread counts, devices and (tolerant
+    jobs) CPU kernels. Exit 3 when a cheat lands inside the tolerance (unless --force); exit 4
+    when a CPU variant cannot run here (skip them with --no-cpu-variants).
+    """
     from dk.pol.calibrate import calibrate as run
     from dk.pol.job import load_job
 
@@ -667,24 +692,36 @@ def calibrate(
         raise click.BadParameter("thread counts must be positive", param_hint="--threads")
     devs = tuple(d.strip() for d in devices.split(",") if d.strip())
     cal = run(
-        load_job(job_file), intervals=intervals, replay_threads=counts, devices=devs, force=force
+        load_job(job_file),
+        intervals=intervals,
+        replay_threads=counts,
+        devices=devs,
+        force=force,
+        cpu_variants=cpu_variants,
     )
     if as_json:
         app.emit_json(cal.to_dict())
         return
     from rich.table import Table
 
-    t = Table("interval", "device", "threads", "l2", "linf", "cosine", box=None)
+    t = Table("interval", "device", "cpu", "threads", "l2", "linf", "cosine", box=None)
     for r in cal.rows:
         t.add_row(
             str(r["interval"]),
             r["device"],
+            r["cpu"] or "-",
             str(r["threads"]),
             f"{r['l2']:.3e}",
             f"{r['linf']:.3e}",
             f"{r['cosine']:.9f}",
         )
     app.print(t)
+    if cal.cpu_not_measured:
+        app.print(
+            f"cpu kernels not measured (this CPU has {cal.cpu_capability}): "
+            f"{', '.join(cal.cpu_not_measured)}",
+            markup=False,
+        )
     app.print(
         f"largest honest l2 distance {cal.max_l2:.3e}; "
         f"recommended tolerance {cal.recommended_tolerance:.3e}"

@@ -14,10 +14,17 @@ replayed honestly from the same start, as a verifier would):
 * ``half_batch``: half the batch size (half the work per step).
 
 A tolerance that any cheat lands inside is refused (:class:`UnsafeTolerance`) unless ``force``.
+
+CPU variants (:mod:`dk.pol.calibrate_cpu`): a worker on another CPU runs other torch kernels.
+With ``cpu_variants`` (the default for tolerant jobs, which train on ``pol.backend = "torch"``)
+each interval is also replayed, on the CPU, under every torch CPU capability below this
+machine's (``ATEN_CPU_CAPABILITY=default`` always), in a subprocess each, and those distances
+count towards the recommendation like the thread counts' and devices'.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +34,8 @@ from dk.pol.job import JobSpec
 
 SAFETY = 10.0
 TOLERANCE_FLOOR = 1e-6
+#: Intervals calibrated by default: ``dk calibrate``'s and ``dk job init``'s (one source).
+DEFAULT_INTERVALS = 2
 
 
 class UnsafeTolerance(DkError):
@@ -45,6 +54,11 @@ class Calibration:
     train_threads: int
     replay_threads: list[int]
     devices: list[str] = field(default_factory=lambda: ["cpu"])
+    #: torch's CPU capability here (``avx2``…), the capabilities replayed as CPU variants and
+    #: those this CPU cannot run (so not measured: a worker there is not covered by measurement)
+    cpu_capability: str = ""
+    cpu_variants: list[str] = field(default_factory=list)
+    cpu_not_measured: list[str] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     max_l2: float = 0.0
     recommended_tolerance: float = 0.0
@@ -86,7 +100,7 @@ def _cheat_jobs(job: JobSpec) -> dict[str, tuple[JobSpec, float]]:
 def calibrate(
     job: JobSpec,
     *,
-    intervals: int = 3,
+    intervals: int = DEFAULT_INTERVALS,
     train_threads: int = 1,
     replay_threads: tuple[int, ...] = (1, 2),
     devices: tuple[str, ...] = ("cpu",),
@@ -94,11 +108,21 @@ def calibrate(
     floor: float = TOLERANCE_FLOOR,
     cheats: bool = True,
     force: bool = False,
+    cpu_variants: bool | None = None,
+    variant_timeout: float | None = None,
 ) -> Calibration:
     """Measure honest and cheating replay distances of the first ``intervals`` intervals.
 
+    Args:
+        cpu_variants: also replay on the CPU under the torch CPU capabilities below this
+            machine's (a subprocess each); ``None``: for tolerant jobs (SPEC §12.3).
+        variant_timeout: seconds each CPU variant may take; ``None``: 120 plus 20 × the time
+            this process took to replay the same intervals.
+
     Raises:
         UnsafeTolerance: a cheat's distance is within the recommended tolerance (not forced).
+        CpuVariantFailed: a CPU variant could not run here (one line; skip with
+            ``cpu_variants=False``).
     """
     from dk.pol.checkpoint import initial_checkpoint
     from dk.pol.replay import Replayer, distances
@@ -122,12 +146,35 @@ def calibrate(
         for dev in devices
         for th in replay_threads
     ]
+    if cpu_variants is None:
+        cpu_variants = job.mode == "tolerant"
+    if "cpu" in devices or cpu_variants:
+        from dk.pol.calibrate_cpu import local_capability, variants
+
+        cal.cpu_capability = local_capability()
+        if cpu_variants:
+            cal.cpu_variants, cal.cpu_not_measured = variants(cal.cpu_capability)
+    t0 = time.monotonic()
     for i in range(len(steps) - 1):
         for dev, th, rep in replayers:
             end = rep.run(cks[i], steps[i], steps[i + 1])
             d = distances(cks[i], cks[i + 1], end)
-            cal.rows.append({"interval": i, "device": dev, "threads": th, **d})
+            cpu = cal.cpu_capability if dev == "cpu" else ""
+            cal.rows.append({"interval": i, "device": dev, "threads": th, "cpu": cpu, **d})
             cal.max_l2 = max(cal.max_l2, d["l2"])
+    if cal.cpu_variants:
+        from dk.pol.calibrate_cpu import replay_variant
+
+        limit = variant_timeout
+        if limit is None:  # the local replays' time per replayer, times 20, plus start-up
+            limit = 120.0 + 20.0 * (time.monotonic() - t0) / max(1, len(replayers))
+        for cap in cal.cpu_variants:
+            ends = replay_variant(honest_job, cap, cks, steps, threads=train_threads, timeout=limit)
+            for i, end in enumerate(ends):
+                d = distances(cks[i], cks[i + 1], end)
+                row = {"interval": i, "device": "cpu", "threads": train_threads, "cpu": cap}
+                cal.rows.append({**row, **d})
+                cal.max_l2 = max(cal.max_l2, d["l2"])
     cal.recommended_tolerance = recommend(cal.max_l2, safety=safety, floor=floor)
     if not cheats:
         return cal
@@ -146,7 +193,7 @@ def calibrate(
         cal.note = (
             f"tolerance {cal.recommended_tolerance:.3g} would accept {', '.join(inside)} "
             f"(distance {min(cal.cheats[n] for n in inside):.3g}); use exact mode, longer "
-            "intervals or fewer thread/device differences"
+            "intervals or fewer thread/device/CPU differences"
         )
         if not force:
             raise UnsafeTolerance(f"refusing to recommend a tolerance: {cal.note}", cal)

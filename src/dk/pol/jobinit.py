@@ -185,8 +185,10 @@ def _pin(job: JobSpec, init_extra: Any, tolerance: float | None) -> JobSpec:
     if job.mode == "tolerant" and tolerance is None:
         from dk.pol.calibrate import calibrate
 
-        # One source of truth: the tolerance `dk calibrate` recommends for this very job.
-        cal = calibrate(job, intervals=2)  # refuses a tolerance that a cheap cheat fits in
+        # One source of truth: the tolerance `dk calibrate JOB` (its defaults: intervals,
+        # thread counts, CPU variants) recommends for this very job; it refuses (exit 3) a
+        # tolerance that a cheap cheat fits in: then give --tolerance or lengthen the intervals.
+        cal = calibrate(job)
         job = job.with_updates(pol={"tolerance": cal.recommended_tolerance})
     return job
 

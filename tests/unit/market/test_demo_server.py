@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,14 @@ def test_served_demo_end_to_end(proved: tuple[Path, Path, Path], tmp_path: Path)
     assert "whistle is false: its deposit 10 goes to the treasury" in text
     # verifier profiling: two calibrated profiles and an outlier fix the tolerance (SPEC V §12)
     assert text.count("ran dk calibrate on the job: signed profile") == 2
-    assert "the lower median of the 3 profiles, 1e-06" in text
+    # two honest calibrations (thread counts and torch's generic CPU kernels: ~2e-6 on x86-64
+    # AVX2) and an outlier at 1.0: the lower median is the larger honest one
+    honest = [
+        float(t) for t in re.findall(r"ran dk calibrate on the job: .*tolerance ([\d.e+-]+),", text)
+    ]
+    median = max(honest)
+    assert len(honest) == 2 and 1e-6 <= median < 1e-4, honest
+    assert f"the lower median of the 3 profiles, {median:.2g};" in text
     assert "treasury: balance 20 (in by kind: match 10, resolve_whistle 10; out 0)" in text
     assert any("audit --url: clean" in line for line in lines)
     assert lines[-1] == "market: server stopped with SIGTERM"
@@ -72,7 +80,7 @@ def test_served_demo_end_to_end(proved: tuple[Path, Path, Path], tmp_path: Path)
         rows = [m.order(o["order_id"]) for o in m.book()["orders"]]
         tolerant = [r for r in rows if json.loads(r["tags"]) == {"mode": "tolerant"}]
         assert len(tolerant) == 1 and tolerant[0]["state"] == "matched"
-        assert json.loads(tolerant[0]["policy"])["tolerance"] == 1e-06
+        assert f"{json.loads(tolerant[0]['policy'])['tolerance']:.2g}" == f"{median:.2g}"
 
 
 def test_served_demo_needs_the_workers_key(proved: tuple[Path, Path, Path], tmp_path: Path) -> None:

@@ -90,8 +90,14 @@ def test_distances() -> None:
 def test_calibrate() -> None:
     job = tiny_job(mode="tolerant", tolerance=1e-3)
     cal = calibrate(job, intervals=2, replay_threads=(1, 2))
-    assert cal.intervals == 2 and len(cal.rows) == 4
-    assert {(r["interval"], r["threads"]) for r in cal.rows} == {(0, 1), (0, 2), (1, 1), (1, 2)}
+    # a tolerant job: the thread counts here, and each CPU variant (a subprocess) on 1 thread
+    assert cal.cpu_variants == (["default"] if cal.cpu_capability != "default" else [])
+    assert cal.intervals == 2 and len(cal.rows) == 4 + 2 * len(cal.cpu_variants)
+    here = {(r["interval"], r["threads"]) for r in cal.rows if r["cpu"] == cal.cpu_capability}
+    assert here == {(0, 1), (0, 2), (1, 1), (1, 2)}
+    assert {(r["interval"], r["cpu"]) for r in cal.rows if r["cpu"] != cal.cpu_capability} == {
+        (i, c) for i in (0, 1) for c in cal.cpu_variants
+    }
     for r in cal.rows:
         assert all(math.isfinite(r[k]) for k in ("l2", "linf", "cosine"))
         assert r["l2"] >= 0 and r["cosine"] > 0.999
@@ -100,7 +106,7 @@ def test_calibrate() -> None:
     assert cal.recommended_tolerance == max(1e-6, 10.0 * cal.max_l2)
     assert (
         calibrate(
-            job, intervals=1, replay_threads=(1,), floor=0.25, force=True
+            job, intervals=1, replay_threads=(1,), floor=0.25, force=True, cpu_variants=False
         ).recommended_tolerance
         >= 0.25
     )
