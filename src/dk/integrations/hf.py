@@ -19,6 +19,16 @@ so fetching ahead is harmless; the callback advances the Recorder's own loader a
 ``on_step_begin`` so that the Recorder scores the step's forward passes against the step's
 targets (SPEC §11.7). That computes each batch twice (a cost for a later Recorder hook to remove).
 
+Resuming (SPEC §8, ``dk.pol.resume``): give the callback ``Recorder(job, run_dir,
+resume=True)`` and train a fresh Trainer as before (not ``resume_from_checkpoint``: the run
+directory is the checkpoint). When ``run_dir`` holds an interrupted run of the job, the Recorder
+restores the model, the optimizer state and the scheduler from its last committed checkpoint
+(a run of another job is refused, ``FormatError``), :meth:`DkTrainerCallback.train_dataset`
+continues the job's batch order from that step, and the Trainer's ``state.global_step`` starts
+there (``max_steps`` stays ``job.steps``): the finished run, and so its bundle, is byte for
+byte the uninterrupted one's. A ``TrainerCallback`` sees no exception: run ``trainer.train()``
+inside ``with recorder:`` so that one stops the Recorder's writer after what it committed.
+
 ``TrainingArguments`` must say what the job says, else :class:`dk.errors.JobMismatch` at train
 start: ``max_steps = job.steps``, ``gradient_accumulation_steps = train.accumulation``,
 ``per_device_train_batch_size`` = the micro-batch, ``max_grad_norm = 0`` (dk clips as the job
@@ -79,7 +89,8 @@ class DkTrainerCallback(TrainerCallback):  # type: ignore[misc]
     """Records a ``transformers.Trainer`` run with ``recorder`` (see the module docs).
 
     Args:
-        recorder: a fresh :class:`dk.pol.Recorder` for the job.
+        recorder: a fresh :class:`dk.pol.Recorder` for the job (``resume=True`` continues an
+            interrupted run in its directory; see the module docs).
         model: the job's model (``build_model(job)``) inside the Trainer's model.
     """
 
@@ -128,6 +139,8 @@ class DkTrainerCallback(TrainerCallback):  # type: ignore[misc]
         )
         opt.optimizer = recorded
         self._batches = iter(loader)
+        if self.recorder.resumed_from:  # count the Trainer's steps from the resumed step
+            state.global_step = int(self.recorder.step)
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         """The Recorder's loader steps to this step (its targets score the forward passes)."""

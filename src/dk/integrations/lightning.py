@@ -21,6 +21,15 @@ closure first, under ``torch.enable_grad()``, and then takes the recorded step w
 order ``torch.optim.SGD/Adam/AdamW`` use for a closure themselves (one evaluation, then the
 update). Manual optimization works too (its ``opt.step()`` reaches the same wrapper).
 
+Resuming (SPEC §8, ``dk.pol.resume``): give the callback ``Recorder(job, run_dir,
+resume=True)`` and fit a fresh Trainer and module as before. When ``run_dir`` holds an
+interrupted run of the job, the Recorder restores the model, the optimizer state and the
+scheduler from its last committed checkpoint (a run of another job is refused, ``FormatError``),
+the loader continues the job's batch order from that step, and the Trainer's ``global_step``
+starts there (``max_steps`` stays ``job.steps``): the finished run, and so its bundle, is byte
+for byte the uninterrupted one's. An exception during ``fit`` stops the Recorder
+(``on_exception``); what it committed stays resumable.
+
 What the Trainer must say as the job does, else :class:`dk.errors.JobMismatch` at fit start:
 ``max_steps = job.steps``, ``accumulate_grad_batches = train.accumulation``, no
 ``gradient_clip_val`` (the job's clipping is the Recorder's), ``precision`` ``"32-true"`` for
@@ -52,6 +61,25 @@ __all__ = ["DkCallback"]
 # bf16/fp16 job then autocasts in ``rec.autocast()``); "16-mixed" scales the loss: refused.
 _PRECISION = {"fp32": ("32-true", "32"), "bf16": ("bf16-mixed", "32-true", "32")}
 _PRECISION["fp16"] = _PRECISION["fp32"]
+
+
+def _start_at(trainer: Any, step: int) -> None:
+    """Make the Trainer count optimizer steps from ``step`` (a resumed run's first step).
+
+    Lightning's ``global_step`` is its optimizer-step progress counter (the automatic or the
+    manual loop's); a fit from a Lightning checkpoint restores it the same way.
+    """
+    loop = trainer.fit_loop.epoch_loop
+    for prog in (
+        loop.automatic_optimization.optim_progress.optimizer.step,
+        loop.manual_optimization.optim_step_progress,
+    ):
+        prog.total.ready = prog.total.completed = step
+    loop._batches_that_stepped = step  # what loggers take as the step
+    if trainer.global_step != step:
+        raise JobMismatch(
+            f"cannot resume at step {step}: this Lightning keeps its step count elsewhere"
+        )
 
 
 class _ClosureFirst(torch.optim.Optimizer):
@@ -108,7 +136,8 @@ class DkCallback(Callback):  # type: ignore[misc]
     """Records a Lightning ``fit`` with ``recorder`` (see the module docs).
 
     Args:
-        recorder: a fresh :class:`dk.pol.Recorder` for the job.
+        recorder: a fresh :class:`dk.pol.Recorder` for the job (``resume=True`` continues an
+            interrupted run in its directory; see the module docs).
         model: the job's model inside the LightningModule (``build_model(job)``); ``None``
             means the LightningModule itself is the job's model.
     """
@@ -159,6 +188,13 @@ class DkCallback(Callback):  # type: ignore[misc]
             scheduler=configs[0].scheduler if configs else None,
         )
         trainer.strategy.optimizers = [_ClosureFirst(recorded)]
+        if self.recorder.resumed_from:
+            _start_at(trainer, int(self.recorder.step))
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        """Finish a run that had no step left (resumed after its last checkpoint)."""
+        if not self._ended and self._loader is not None:
+            self.on_train_end(trainer, pl_module)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         """Finish the run: wait for the commits, write ``run.json``."""
