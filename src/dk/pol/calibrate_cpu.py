@@ -41,6 +41,7 @@ __all__ = ["CpuVariantFailed", "local_capability", "replay_variant", "variants"]
 X86_LADDER = ("default", "avx2", "avx512")
 #: The capability of every other architecture's vectorised kernels, over ``default``.
 OTHER = ("zvector", "vsx", "sve256")
+SKIP = "; `dk calibrate --no-cpu-variants` skips them (then give `dk job init` that --tolerance)"
 MAX_CHILD_OUTPUT = 1 << 20  # bytes of the child's stderr kept for the error line
 
 
@@ -128,26 +129,28 @@ def replay_variant(
         cmd = [sys.executable, "-I", "-c", code, str(d)]
         t0 = time.monotonic()
         try:
-            done = subprocess.run(
-                cmd,
-                cwd=d,
-                env=_child_env(capability, threads),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                timeout=timeout,
-                check=False,
-            )
+            with open(d / "stderr.txt", "wb") as errf:
+                done = subprocess.run(
+                    cmd,
+                    cwd=d,
+                    env=_child_env(capability, threads),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=errf,
+                    timeout=timeout,
+                    check=False,
+                )
         except subprocess.TimeoutExpired:
-            raise CpuVariantFailed(
-                f"{what}: no result within {timeout:.0f} s; run with --no-cpu-variants to skip it"
-            ) from None
+            raise CpuVariantFailed(f"{what}: no result within {timeout:.0f} s{SKIP}") from None
         except OSError as e:
-            raise CpuVariantFailed(f"{what}: cannot start {sys.executable}: {e}") from None
+            raise CpuVariantFailed(f"{what}: cannot start {sys.executable}: {e}{SKIP}") from None
         if done.returncode != 0:
-            err = done.stderr[-MAX_CHILD_OUTPUT:].decode("utf-8", "replace").strip()
+            with open(d / "stderr.txt", "rb") as errf:  # its last line, read within a bound
+                errf.seek(max(0, errf.seek(0, os.SEEK_END) - MAX_CHILD_OUTPUT))
+                err = errf.read(MAX_CHILD_OUTPUT).decode("utf-8", "replace").strip()
             last = err.splitlines()[-1] if err else _status(done.returncode)
-            raise CpuVariantFailed(f"{what} failed after {time.monotonic() - t0:.0f} s: {last}")
+            secs = time.monotonic() - t0
+            raise CpuVariantFailed(f"{what} failed after {secs:.0f} s: {last}{SKIP}")
         try:
             got = json.loads((d / "done.json").read_text(encoding="utf-8"))
             ends = [load_file(str(d / f"e{i}.st")) for i in range(len(steps) - 1)]

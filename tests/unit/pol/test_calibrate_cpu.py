@@ -122,7 +122,9 @@ def test_a_variant_that_cannot_run_is_one_line(
 def test_a_variant_is_bounded_in_time() -> None:
     job = tiny_job(mode="tolerant", tolerance=1e-3, steps=4, interval=2)
     cks, steps = _reference(job, 1)
-    with pytest.raises(CpuVariantFailed, match=r"no result within 0 s; run with --no-cpu"):
+    with pytest.raises(
+        CpuVariantFailed, match=r"no result within 0 s; `dk calibrate --no-cpu-variants` skips them"
+    ):
         replay_variant(job, "default", cks, steps, timeout=0.2)
 
 
