@@ -4,6 +4,9 @@ run's, and verifies; a run directory of another job is refused (``dk.pol.resume`
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +129,48 @@ def test_lightning_refuses_to_resume_another_jobs_run(tmp_path: Path) -> None:
     with pytest.raises(FormatError, match="partial run of another job"):
         _fit(resume_job(seed=1), tmp_path / "run", resume=True)
     assert has_partial_run(tmp_path / "run")  # left as it was
+
+
+ROOT = Path(__file__).resolve().parents[2]
+# A Lightning fit in a child process that SIGKILLs itself once CRASH_AT steps are done (after a
+# pause, so the commits before it reach the log, as they would in a long run).
+KILLED = """
+import os, signal, sys, time
+import torch
+torch.set_num_threads(1)
+from dk.pol import load_job, recorder
+from tests.integrations import test_resume as t
+
+kill_at = int(sys.argv[3])
+orig = recorder.Recorder._on_step
+
+def on_step(self):
+    orig(self)
+    if self.step == kill_at:
+        time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+recorder.Recorder._on_step = on_step
+t._fit(load_job(sys.argv[1]), t.Path(sys.argv[2]))
+"""
+
+
+@pytest.mark.slow
+def test_a_killed_lightning_fit_resumes_to_the_same_bundle(tmp_path: Path) -> None:
+    """kill -9 mid-fit: what the Recorder committed before it resumes (nothing else to lose)."""
+    _lightning()
+    job = resume_job()
+    (tmp_path / "job.toml").write_text(job.to_toml())
+    _fit(job, tmp_path / "whole")
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    argv = [sys.executable, "-c", KILLED, str(tmp_path / "job.toml"), str(run), str(CRASH_AT)]
+    p = subprocess.run(argv, env=env, capture_output=True, timeout=600, check=False)
+    assert p.returncode == -9, p.stderr.decode()[-2000:]
+    assert has_partial_run(run) and _committed(run) == 3
+    cb = _fit(job, run, resume=True)
+    assert cb.recorder.resumed_from == 6
+    _same_bundle_and_verifies(job, tmp_path / "whole", run)
 
 
 # -- Hugging Face ------------------------------------------------------------------------------
