@@ -22,6 +22,7 @@ NOT_CODES = {
     *("BEGIN", "COMMIT", "ROLLBACK", "PRAGMA", "BIGINT", "BYTEA", "IGNORE", "FULL", "NORMAL"),
     *("GET", "POST", "PNG", "JPEG", "RGB", "F32", "I64", "FAILED"),
     *("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "LOSS_KEY", "LOCAL_RANK"),
+    *("ATEN_CPU_CAPABILITY", "PYTHON"),  # calibration's CPU variants: torch's variable, PYTHON*
 }
 
 
