@@ -141,8 +141,6 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         # SPEC VI §2: bounded sites use per-element thresholds (False: every threshold is t,
         # the version-2 rule; for measurements only, a verifier never turns it off)
         self.bounded = True
-        self.fixed_count = 0  # entries the fixed threshold t alone would have logged
-        self.count_fixed = False  # count them on bounded sites too (benchmarks)
         self.error: Exception | None = None
         # (name, shape) of each site, when a recorder compares steps (recording.py)
         self.signatures: list[tuple[str, tuple[int, ...]]] | None = None
@@ -261,11 +259,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         else:
             if bound is None:
                 rn, idx = _band(vn, self.t_bits)
-                self.fixed_count += idx.size
             else:  # SPEC VI §2: the element's own threshold t_e, at most the cap
                 rn, idx = self._band_bounded(vn, bound, use_m=False)
-                if self.count_fixed:
-                    self.fixed_count += _band(vn, self.t_bits)[1].size
             if idx.size:
                 self._count += idx.size
                 if self._count > MAX_ENTRIES:
