@@ -6,7 +6,8 @@ interval / checkpoint bytes (target <= 1 %). "Before" columns run the same inter
 version-2 rule (every element's threshold the job's ``t``, no error bounds; SPEC VI §2), so the
 bounded sites' cost (one operation on absolute values per bounded call) and gain show.
 Every figure is measured in this run, on torch's thread count ``DK_BENCH_THREADS`` (default
-1: on a shared machine a second thread measures the neighbours more than torch); the first step of each run warms up and is not timed.
+1: on a shared machine a second thread measures the neighbours more than torch); the first
+step of each run warms up and is not timed.
 """
 
 from __future__ import annotations
