@@ -7,14 +7,14 @@ ties to even, as IEEE-754 and NumPy do. ``fastmath`` is off.
 
 from __future__ import annotations
 
-import math
-
 import numba
 import numpy as np
 
 M29 = (1 << 29) - 1
 TINY = 2.0**-125
 HALF = 1 << 28
+# the float32 gap of a normal float64 by its biased exponent field (SPEC VI §2)
+GAPS = np.ldexp(1.0, np.arange(2048) - 1023 - 23)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -72,7 +72,7 @@ def scan_bounded(v, s, k, c_rec, c_miss, t_cap, m_cap, use_m, r, idx):  # type: 
         if ((bits[i] - lo) & M29) > width or not np.isfinite(np.float32(x)) or x == 0.0:
             continue
         d = abs((bits[i] & M29) - HALF)
-        gap = math.ldexp(1.0, math.frexp(a)[1] - 24)
+        gap = GAPS[(bits[i] >> 52) & 0x7FF]  # 2^(e - 23) for |x| in [2^e, 2^(e+1))
         beta = gamma * (s[i] * (1.0 + k * 2.0**-23) + k * 2.0**-149) * 2.0**29 / gap
         if use_m:
             thr = min(c_miss * beta, float(m_cap)) if beta == beta else float(m_cap)

@@ -53,7 +53,7 @@ class Bound:
         return b
 
     def s(self) -> np.ndarray:
-        """``S`` of every element, flat in C order, as float64."""
+        """``S`` of every element, flat in C order (float32 or float64)."""
         if self._s is None:
             assert self._shared is not None
             self._s = self._shared.get(self._index)
@@ -71,8 +71,8 @@ class _AbsOp:
         if self._out is None:
             out = self.func(*self.args, **self.kwargs)
             self._out = list(out) if isinstance(out, tuple | list) else [out]
-        t = self._out[index]
-        return np.asarray(t.detach().contiguous().view(-1).cpu().numpy(), dtype=np.float64)
+        t = self._out[index]  # float32 on the CPU: promoted exactly where it is used
+        return np.asarray(t.detach().contiguous().view(-1).cpu().numpy())
 
 
 def _abs(a: Any, dtype: torch.dtype, memo: dict[int, torch.Tensor]) -> Any:
@@ -168,6 +168,7 @@ def thresholds(v: np.ndarray, s: np.ndarray, k: int, t_bits: int) -> tuple[np.nd
     (7.0, 0.8)
     """
     gamma = k * _U / (1.0 - k * _U)
+    s = np.asarray(s, dtype=np.float64)
     a = np.abs(v)
     ex = np.frexp(a)[1]
     gap = np.where(a >= _TINY, np.ldexp(1.0, ex - 24), 2.0**-149)
