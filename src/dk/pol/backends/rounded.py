@@ -12,6 +12,9 @@ backward and optimizer alike. Operations fall in four classes (SPEC VI §1, ``op
   elementwise kernels whose vectorised and scalar paths differ) run on float64 copies of their
   float32 inputs; every float64 output is a *rounding site*, rounded to float32 here
   (:meth:`RoundedMode.round_site`), where the log is written (record) or followed (replay);
+  the outputs of matrix products, convolutions and sums are *bounded* sites (``bounds.py``):
+  an a-priori error bound valid for any summation order gives each element its own threshold,
+  at most ``T_CAP`` (SPEC VI §2), so another BLAS or GPU kernel replays them too;
 * anything else on floating tensors raises :class:`UnsupportedOp` at record time.
 
 In-place and ``out=`` covered operations (batch-norm running statistics, ``_foreach_norm``
