@@ -8,7 +8,8 @@ Deterministic (fixed values, no clock); ``python -m vectors.gen rounding``. Chec
   (``ROUNDING_LOG_MISMATCH``).
 * ``replay.json``: one float64 site (an ``mm.default`` output of 16 values placed at chosen
   distances from float32 boundaries) and a log to follow: the float32 bits to expect, or the
-  reason the verifier rejects the log.
+  reason the verifier rejects the log; then a bounded site (SPEC VI §2: its ``bound`` gives
+  ``K`` and ``S``, so each element has its own thresholds ``t_e`` and ``m_e``).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def _log_cases() -> list[dict[str, Any]]:
     bad = [
         ("bad magic", b"DKRX" + good[4:]),
         ("version 1 (the varint entries of the draft)", good[:4] + b"\x01" + good[5:]),
+        ("version 2 (every threshold the job's t)", good[:4] + b"\x02" + good[5:]),
         ("precision 2", good[:5] + b"\x02" + good[6:]),
         ("tau_log2 5", good[:6] + b"\x05" + good[7:]),
         ("tau_log2 25", good[:6] + b"\x19" + good[7:]),
@@ -170,6 +172,64 @@ def _replay_cases() -> list[dict[str, Any]]:
     return cases
 
 
+# A bounded site (SPEC VI §2): 64 terms, S = 2 at values near 1, so beta = 64 units of 2^-29
+# gap, t_e = 2.5·64 + 2 = 162 (an entry accepted up to 324) and m_e = 0.4·64 = 25.6, against
+# the job's t = 2^17 (k = 12). Distances D of the 8 values from their float32 midpoint:
+_BOUND_K, _BOUND_S = 64, 2.0
+_BOUND_D = [0, 20, 100, 300, 1000, 5000, 60_000, 1 << 28]
+
+
+def bounded_site_values() -> np.ndarray:
+    """8 float64 values in [1, 2) at the distances ``_BOUND_D`` above float32 midpoints."""
+    return np.array([1.0 + ((1 << 28) + d) * 2.0**-52 if d < 1 << 28 else 1.5 for d in _BOUND_D])
+
+
+def _bounded_replay_cases() -> list[dict[str, Any]]:
+    import torch
+
+    from dk.pol.backends.bounds import Bound
+    from dk.pol.backends.rounded import RoundedMode
+
+    v = bounded_site_values()
+    s = np.full(v.size, _BOUND_S)
+    bound = {"k": _BOUND_K, "s": s.astype("<f8").tobytes().hex()}
+    mode = RoundedMode.record(job_id=JOB, interval=0, tau_log2=K)
+    mode.round_site(torch.from_numpy(v.copy()), "mm.default", Bound.given(_BOUND_K, s))
+    honest = mode.finish()
+    e = honest.entries
+    assert [x[1] for x in e] == [0, 1, 2]  # D = 0, 20, 100: within t_e = 162
+    cases: list[dict[str, Any]] = []
+
+    def add(comment: str, entries: list[tuple[int, int, int]], reason: str | None = None) -> None:
+        log = RoundingLog(**{**vars(honest), "entries": sorted(entries)})
+        case: dict[str, Any] = {"comment": comment, "values": v.astype("<f8").tobytes().hex(),
+                                "name": "mm.default", "bound": bound,
+                                "log": log.encode().hex()}  # fmt: skip
+        if reason is None:
+            replay = RoundedMode.replay(log)
+            b = Bound.given(_BOUND_K, s)
+            r = replay.round_site(torch.from_numpy(v.copy()), "mm.default", b).numpy()
+            replay.finish()
+            case.update(result="valid", rounded=r.astype("<f4").tobytes().hex())
+        else:
+            case.update(result="invalid", expected_reason=reason)
+        cases.append(case)
+
+    add("bounded site: honest log (elements within t_e = 162 of a midpoint)", e)
+    add("bounded site: entry between t_e and 2·t_e (allowed)", [*e, (0, 3, 1)])
+    add("bounded site: the logged direction of an element within t_e reversed (allowed)",
+        [(a, b, 1 - d) if b == 2 else (a, b, d) for a, b, d in e])  # fmt: skip
+    add("bounded site: entry far outside the element's bound (D = 1000 > 2·t_e, though < t)",
+        [*e, (0, 4, 1)], "ROUNDING_LOG_INVALID")  # fmt: skip
+    add("bounded site: entry at D = 60000, within the job's t but not the bound",
+        [*e, (0, 6, 0)], "ROUNDING_LOG_INVALID")  # fmt: skip
+    add("bounded site: entry within m_e = 25.6 dropped (D = 20)",
+        [x for x in e if x[1] != 1], "ROUNDING_LOG_MISSING")  # fmt: skip
+    add("bounded site: entry between m_e and t_e dropped (D = 100; not demanded)",
+        [x for x in e if x[1] != 2])  # fmt: skip
+    return cases
+
+
 def _number(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"tcId": i + 1, **c} for i, c in enumerate(cases)]
 
@@ -179,6 +239,10 @@ def generate(root: Path, *, bundles: bool = True) -> None:
     from vectors.gen import rounding_bundle
 
     write_cases(root / "rounding" / "log.json", "rounding-log", _number(_log_cases()))
-    write_cases(root / "rounding" / "replay.json", "rounding-replay", _number(_replay_cases()))
+    write_cases(
+        root / "rounding" / "replay.json",
+        "rounding-replay",
+        _number(_replay_cases() + _bounded_replay_cases()),
+    )
     if bundles:
         rounding_bundle.generate(root)

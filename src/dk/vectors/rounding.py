@@ -3,8 +3,9 @@
 ``log.json``: valid cases must encode to ``blob`` and decode back, with ``digest``; invalid
 blobs must be refused with their reason
 (``ROUNDING_LOG_MALFORMED`` by the decoder, ``ROUNDING_LOG_MISMATCH`` by the binding check).
-``replay.json``: following ``log`` on the site ``values`` must give ``rounded`` (valid) or fail
-with ``expected_reason``. ``bundle/cases.json``: rounded-backend bundles (honest and forged)
+``replay.json``: following ``log`` on the site ``values`` (with its ``bound``, ``K`` and ``S``,
+where the case has one: SPEC VI §2) must give ``rounded`` (valid) or fail with
+``expected_reason``. ``bundle/cases.json``: rounded-backend bundles (honest and forged)
 verified as ``vectors/bundle`` cases are, with their verdict, first reason and report digest.
 """
 
@@ -58,9 +59,17 @@ def _check_replay(case: dict[str, Any]) -> str:
     from dk.pol.backends.rounded import RoundedMode
 
     v = np.frombuffer(_bytes(case["values"]), dtype="<f8").astype(np.float64)
+    bound = None
+    if "bound" in case:  # a bounded site (SPEC VI §2): K terms, S per element
+        from dk.pol.backends.bounds import Bound
+
+        s = np.frombuffer(_bytes(case["bound"]["s"]), dtype="<f8").astype(np.float64)
+        if s.size != v.size:
+            return "bound has another element count than values"
+        bound = Bound.given(int(case["bound"]["k"]), s)
     try:
         mode = RoundedMode.replay(decode_log(_bytes(case["log"])))
-        r = mode.round_site(torch.from_numpy(v.copy()), case["name"]).numpy()
+        r = mode.round_site(torch.from_numpy(v.copy()), case["name"], bound).numpy()
         mode.finish()
     except FormatError as e:
         if case["result"] == "valid":

@@ -1,4 +1,7 @@
-"""A simulated second machine: float64 results perturbed far below τ/2, as another BLAS would.
+"""A simulated second machine: float64 results perturbed as another BLAS or GPU may.
+
+Bounded sites (SPEC VI §2: matrix products, convolutions, sums) move anywhere within their
+a-priori error bound ``γ_K·S`` (the worst any summation order may do); other sites far below τ/2.
 
 Without the log, the two machines' float32 training diverges (some elements near a rounding
 boundary flip); following the first machine's log, the second reaches the same root. This is
@@ -13,6 +16,7 @@ import pytest
 import torch
 
 from dk.pol.backends import examples as ex
+from dk.pol.backends.bounds import Bound
 from dk.pol.backends.log import RoundingLog
 from dk.pol.backends.rounded import RoundedMode
 from dk.pol.checkpoint import checkpoint_root
@@ -22,12 +26,19 @@ REL = 2.0**-38  # 2^14 units of 2^-29 gap: 1/8 of t for k = 12, far below the t/
 
 
 class _OtherMachine(RoundedMode):
-    """Every float64 site result multiplied by 1 + u·2^-38, u ∈ {-1, 0, 1} (seeded per site)."""
+    """Each float64 site result moved by ``u·γ_K·S`` (bounded) or ``u·2^-38·|v|`` (others),
+    ``u ∈ {-1, 0, 1}`` seeded per site."""
 
-    def round_site(self, v: torch.Tensor, name: str = "") -> torch.Tensor:
+    def round_site(
+        self, v: torch.Tensor, name: str = "", bound: Bound | None = None
+    ) -> torch.Tensor:
         g = torch.Generator().manual_seed(self.sites)
         u = torch.randint(-1, 2, v.shape, generator=g).to(torch.float64)
-        return super().round_site(v * (1.0 + u * REL), name)
+        if bound is None:
+            return super().round_site(v * (1.0 + u * REL), name, bound)
+        gamma = bound.k * 2.0**-53 / (1 - bound.k * 2.0**-53)
+        s = torch.from_numpy(bound.s()).view(v.shape)
+        return super().round_site(v + u * gamma * s, name, bound)
 
 
 def _train(mode: RoundedMode) -> bytes:

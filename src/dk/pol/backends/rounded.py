@@ -12,6 +12,9 @@ backward and optimizer alike. Operations fall in four classes (SPEC VI §1, ``op
   elementwise kernels whose vectorised and scalar paths differ) run on float64 copies of their
   float32 inputs; every float64 output is a *rounding site*, rounded to float32 here
   (:meth:`RoundedMode.round_site`), where the log is written (record) or followed (replay);
+  the outputs of matrix products, convolutions and sums are *bounded* sites (``bounds.py``):
+  an a-priori error bound valid for any summation order gives each element its own threshold,
+  at most ``T_CAP`` (SPEC VI §2), so another BLAS or GPU kernel replays them too;
 * anything else on floating tensors raises :class:`UnsupportedOp` at record time.
 
 In-place and ``out=`` covered operations (batch-norm running statistics, ``_foreach_norm``
@@ -33,7 +36,15 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from dk.crypto.hashing import tagged_hash
 from dk.errors import FormatError
 from dk.pol.backends import ops as op_tables
-from dk.pol.backends._scan import round_scan
+from dk.pol.backends._scan import bounded_scan, round_scan
+from dk.pol.backends.bounds import (
+    C_MISSING,
+    C_RECORD,
+    Bound,
+    bound_cap,
+    site_bounds,
+    thresholds,
+)
 from dk.pol.backends.log import (
     DEFAULT_TAU_LOG2,
     EMPTY_TRACE,
@@ -130,6 +141,9 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         self.trace = EMPTY_TRACE
         self._rec: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
         self._count = 0
+        # SPEC VI §2: bounded sites use per-element thresholds (False: every threshold is t,
+        # the version-2 rule; for measurements only, a verifier never turns it off)
+        self.bounded = True
         self.error: Exception | None = None
         # (name, shape) of each site, when a recorder compares steps (recording.py)
         self.signatures: list[tuple[str, tuple[int, ...]]] | None = None
@@ -205,6 +219,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         uargs, ukwargs = tree_unflatten(new, spec)
         out = func(*uargs, **ukwargs)
         name = func.__name__
+        bounds = site_bounds(func, args, kwargs, out) if self.bounded else {}
         written: dict[int, torch.Tensor] = {}
         for t in _written_args(func, args, kwargs):
             if _is_float(t) and id(t) in up:
@@ -217,15 +232,21 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             if isinstance(o, torch.Tensor) and id(o) in written:
                 res.append(written[id(o)])
             elif isinstance(o, torch.Tensor) and o.dtype == _F64:
-                res.append(self.round_site(o, name))
+                res.append(self.round_site(o, name, bounds.get(id(o))))
             else:
                 res.append(o)
         return tree_unflatten(res, out_spec)
 
     # -- rounding ----------------------------------------------------------------------------
 
-    def round_site(self, v: torch.Tensor, name: str = "") -> torch.Tensor:
-        """Round one float64 output to float32, writing or following the log (SPEC VI §2)."""
+    def round_site(
+        self, v: torch.Tensor, name: str = "", bound: Bound | None = None
+    ) -> torch.Tensor:
+        """Round one float64 output to float32, writing or following the log (SPEC VI §2).
+
+        ``bound``: the site's a-priori error bound (``bounds.py``), which lowers the threshold
+        of each element below the job's ``t``; None: every element's threshold is ``t``.
+        """
         site = self.sites
         if site >= MAX_SITES:
             raise UnsupportedOp("rounded backend: more rounding sites than SPEC VI §3 allows")
@@ -237,9 +258,12 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             self.signatures.append((name, tuple(v.shape)))
         vn = v.detach().contiguous().view(-1).cpu().numpy()  # no copy on CPU
         if self.replaying:
-            rn = self._follow(site, vn)
+            rn = self._follow(site, vn, bound)
         else:
-            rn, idx = _band(vn, self.t_bits)
+            if bound is None:
+                rn, idx = _band(vn, self.t_bits)
+            else:  # SPEC VI §2: the element's own threshold t_e, at most the cap
+                rn, idx = self._band_bounded(vn, bound, use_m=False)
             if idx.size:
                 self._count += idx.size
                 if self._count > MAX_ENTRIES:
@@ -252,7 +276,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             return r
         return torch.empty_strided(v.shape, v.stride(), dtype=_F32, device=v.device).copy_(r)
 
-    def _follow(self, site: int, v: np.ndarray) -> np.ndarray:
+    def _follow(self, site: int, v: np.ndarray, bound: Bound | None) -> np.ndarray:
         """Check the log's entries of ``site`` against ``v``; the float32 rounding they give."""
         elems, ups = self._given.get(site, (_EMPTY, _EMPTY_B))
         if elems.size:
@@ -262,15 +286,19 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                     f"{int(elems[-1])}",
                     reason=LOG_INVALID,
                 )
-            far = boundary_distance(v[elems]) > 2 * self.t_bits
+            t_e = self._thresholds(v, elems, bound)[0]
+            far = boundary_distance(v[elems]) > 2 * t_e
             if far.any():
                 e = int(elems[far][0])
                 raise RoundingLogError(
-                    f"rounding log: site {site} element {e} is not within 2τ of a float32 "
-                    "rounding boundary in the verifier's computation",
+                    f"rounding log: site {site} element {e} is not within twice its threshold "
+                    "of a float32 rounding boundary in the verifier's computation",
                     reason=LOG_INVALID,
                 )
-        r, need = _band(v, self.t_bits // 2)
+        if bound is None:
+            r, need = _band(v, self.t_bits // 2)
+        else:  # SPEC VI §2: D <= m_e, the verifier's own m_e
+            r, need = self._band_bounded(v, bound, use_m=True)
         if need.size:
             missing = need[~np.isin(need, elems)]
             if missing.size:
@@ -282,6 +310,28 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         if elems.size:
             r[elems] = _neighbour(r[elems], v[elems], ups)
         return r
+
+    def _band_bounded(
+        self, v: np.ndarray, bound: Bound, *, use_m: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(float32 rounding of v, elements with D <= t_e)`` (``use_m``: ``D <= m_e``)."""
+        s = bound.s()
+        cap = bound_cap(self.t_bits)
+        consts = (C_RECORD, C_MISSING, cap, cap // 2)
+        r, idx, any_tiny = bounded_scan(v, s, bound.k, consts, use_m)
+        if any_tiny:  # 0 < |v| < 2^-125: exact distances and thresholds in NumPy
+            tiny = np.flatnonzero((v != 0) & (np.abs(v) < _TINY))
+            thr = thresholds(v[tiny], s[tiny], bound.k, self.t_bits)[1 if use_m else 0]
+            idx = np.union1d(idx, tiny[boundary_distance(v[tiny]) <= thr])
+        return r, idx
+
+    def _thresholds(
+        self, v: np.ndarray, idx: np.ndarray, bound: Bound | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(t_e, m_e)`` of elements ``idx`` of a site (SPEC VI §2), units of 2^-29 gap."""
+        if bound is None:
+            return np.full(idx.size, float(self.t_bits)), np.full(idx.size, self.t_bits / 2)
+        return thresholds(v[idx], bound.s()[idx], bound.k, self.t_bits)
 
     def finish(self) -> RoundingLog:
         """End the interval: the recorded log, or (replay) check the site count and trace."""

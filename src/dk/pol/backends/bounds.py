@@ -1,0 +1,180 @@
+"""A-priori error bounds of the covered sums of products: per-element thresholds (SPEC VI §2).
+
+A **bounded** site is an output of a matrix product, a convolution (forward or backward) or a
+``sum``/``mean``: each of its elements is a float64 sum of ``K`` exact products of float32
+numbers (a float32 product is exact in float64), computed in an order the kernel picks. For any
+order, with or without FMA (Higham, *Accuracy and Stability of Numerical Algorithms*, §3.1),
+
+    |fl64(Σ x_i) − Σ x_i| ≤ γ_K · S,   γ_K = K·u / (1 − K·u),  u = 2^-53,  S = Σ |x_i|,
+
+so two honest machines' values differ by at most ``2·γ_K·S``. ``S`` is the same operation on
+the absolute values of the inputs, computed here in float32 (a sum of non-negative terms: its
+relative error is at most about ``K·2^-24`` in any order) on the CPU, in float64 elsewhere.
+:func:`thresholds` turns it into the element's threshold in units of ``D`` (2^-29 gap), at most
+the job's ``t``: the log then holds only elements the bound says could round differently.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+# SPEC VI §2: an element of a bounded site is logged within 3β + 2 (at most t) of a boundary,
+# and the verifier demands an entry within 0.9β (at most t/2); sums over K_MAX terms keep t.
+C_RECORD = 2.5
+C_MISSING = 0.4
+K_MAX = 1 << 16
+# SPEC VI §2: the largest threshold of a bounded element, 2^-3 of a gap (t if larger).
+T_CAP = 1 << 26
+_U = 2.0**-53
+_TINY = 2.0**-125
+
+# ATen overload packet -> kind of its outputs' term counts (SPEC VI §1 table, "bounded").
+BOUNDED_OPS = frozenset(
+    "mm bmm addmm baddbmm mv addmv dot addbmm convolution convolution_backward sum mean".split()
+)
+
+
+class Bound:
+    """The bound of one site: its term count ``k`` and (computed once per call) ``S``."""
+
+    def __init__(self, k: int, shared: _AbsOp | None, index: int) -> None:
+        self.k, self._shared, self._index = k, shared, index
+        self._s: np.ndarray | None = None
+
+    @classmethod
+    def given(cls, k: int, s: Any) -> Bound:
+        """A bound with a known ``S`` (tests, vectors): ``k`` terms, ``s`` any array-like."""
+        b = cls(k, None, 0)
+        b._s = np.ascontiguousarray(np.asarray(s, dtype=np.float64).reshape(-1))
+        return b
+
+    def s(self) -> np.ndarray:
+        """``S`` of every element, flat in C order (float32 or float64)."""
+        if self._s is None:
+            assert self._shared is not None
+            self._s = self._shared.get(self._index)
+        return self._s
+
+
+class _AbsOp:
+    """The operation on absolute values, run at most once for all outputs of one call."""
+
+    def __init__(self, func: Any, args: Any, kwargs: Any) -> None:
+        self.func, self.args, self.kwargs = func, args, kwargs
+        self._out: list[Any] | None = None
+
+    def get(self, index: int) -> np.ndarray:
+        if self._out is None:
+            out = self.func(*self.args, **self.kwargs)
+            self._out = list(out) if isinstance(out, tuple | list) else [out]
+        t = self._out[index]  # float32 on the CPU: promoted exactly where it is used
+        return np.asarray(t.detach().contiguous().view(-1).cpu().numpy())
+
+
+def _abs(a: Any, dtype: torch.dtype, memo: dict[int, torch.Tensor]) -> Any:
+    if isinstance(a, torch.Tensor) and a.is_floating_point():
+        if id(a) not in memo:
+            memo[id(a)] = a.detach().to(dtype).abs()
+        return memo[id(a)]
+    if isinstance(a, float | int) and not isinstance(a, bool):
+        return abs(a)
+    return a
+
+
+def _prod(xs: Any) -> int:
+    return math.prod(int(x) for x in xs)
+
+
+def _term_counts(name: str, args: Any, kwargs: Any, outs: list[Any]) -> list[int | None]:
+    """``K`` of each output of the call (None: no bound), an upper bound on its sum's terms."""
+    a = list(args)
+    if name in ("mm", "bmm", "mv"):
+        return [int(a[0].shape[-1])]
+    if name == "dot":
+        return [int(a[0].numel())]
+    if name in ("addmm", "baddbmm", "addmv"):  # β·C + α·(A B): two more roundings
+        return [int(a[1].shape[-1]) + 2]
+    if name == "addbmm":
+        return [int(a[1].shape[0]) * int(a[1].shape[-1]) + 2]
+    if name == "convolution":
+        w, bias, transposed, groups = a[1], a[2], bool(a[6]), int(a[8])
+        per = (int(w.shape[0]) // groups if transposed else int(w.shape[1])) * _prod(w.shape[2:])
+        return [per + (1 if bias is not None else 0)]
+    if name == "convolution_backward":
+        go, x, w, transposed, groups = a[0], a[1], a[2], bool(a[7]), int(a[9])
+        k_in = (int(w.shape[1]) if transposed else int(w.shape[0]) // groups) * _prod(w.shape[2:])
+        n = int(go.shape[0])
+        k_w = n * max(_prod(go.shape[2:]), _prod(x.shape[2:]))
+        return [k_in, k_w, n * _prod(go.shape[2:])]
+    if name in ("sum", "mean"):
+        x, out = a[0], outs[0]
+        if out.numel() == 0:
+            return [None]
+        k = int(x.numel()) // int(out.numel())
+        return [k + 1 if name == "mean" else k]
+    return [None] * len(outs)
+
+
+def site_bounds(func: Any, args: Any, kwargs: Any, out: Any) -> dict[int, Bound]:
+    """The bounds of a covered call's float64 outputs, keyed by ``id`` (SPEC VI §2).
+
+    ``args``/``kwargs`` are the caller's float32 arguments, ``out`` the float64 result. Empty
+    for an operation without a bound or with written (``out=``, in-place) arguments.
+    """
+    name = func.overloadpacket.__name__
+    if name not in BOUNDED_OPS or any(
+        a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments
+    ):
+        return {}
+    outs = list(out) if isinstance(out, tuple | list) else [out]
+    ks = _term_counts(name, args, kwargs, outs)
+    dev = next((o.device for o in outs if isinstance(o, torch.Tensor)), None)
+    dtype = torch.float32 if dev is not None and dev.type == "cpu" else torch.float64
+    memo: dict[int, torch.Tensor] = {}
+    aargs = tuple(
+        [_abs(x, dtype, memo) for x in a] if isinstance(a, list) else _abs(a, dtype, memo)
+        for a in args
+    )
+    akwargs = {k: _abs(v, dtype, memo) for k, v in kwargs.items()}
+    if "dtype" in akwargs and akwargs["dtype"] is not None:
+        akwargs["dtype"] = dtype
+    shared = _AbsOp(func, aargs, akwargs)
+    res: dict[int, Bound] = {}
+    for i, (o, k) in enumerate(zip(outs, ks, strict=False)):
+        if isinstance(o, torch.Tensor) and k is not None and 0 < k <= K_MAX:
+            res[id(o)] = Bound(k, shared, i)
+    return res
+
+
+def bound_cap(t_bits: int) -> int:
+    """The largest threshold of a bounded element: ``max(t, T_CAP)`` (SPEC VI §2)."""
+    return max(t_bits, T_CAP)
+
+
+def thresholds(v: np.ndarray, s: np.ndarray, k: int, t_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-element thresholds ``(t_e, m_e)`` in units of ``D`` (SPEC VI §2).
+
+    ``β = γ_K·S⁺·2^29/g`` bounds one machine's float64 error in units of ``D``, with ``g`` the
+    float32 gap at ``v`` and ``S⁺ = S·(1 + K·2^-23) + K·2^-149`` (covering the float32 rounding
+    of ``S`` itself); ``t_e = min(t, 3β + 2)`` (record, and an entry is accepted within
+    ``2·t_e``) and ``m_e = min(t/2, 0.9β)`` (the verifier demands an entry within it).
+
+    >>> t, m = thresholds(np.array([1.0]), np.array([1.0]), 4, 1 << 19)
+    >>> round(float(t[0]), 4), round(float(m[0]), 4)
+    (7.0, 0.8)
+    """
+    gamma = k * _U / (1.0 - k * _U)
+    s = np.asarray(s, dtype=np.float64)
+    a = np.abs(v)
+    ex = np.frexp(a)[1]
+    gap = np.where(a >= _TINY, np.ldexp(1.0, ex - 24), 2.0**-149)
+    with np.errstate(over="ignore", invalid="ignore"):
+        beta = gamma * (s * (1.0 + k * 2.0**-23) + k * 2.0**-149) * 2.0**29 / gap
+        cap = float(bound_cap(t_bits))
+        t_e: np.ndarray = np.fmin(C_RECORD * beta + 2.0, cap)
+        m_e: np.ndarray = np.fmin(C_MISSING * beta, cap / 2)
+    return t_e, m_e
