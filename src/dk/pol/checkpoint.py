@@ -252,6 +252,13 @@ def _schema_key(
 def encode_blob(tensors: Mapping[str, np.ndarray]) -> bytes:
     """The safetensors bytes of a checkpoint (SPEC §10.3), exactly as ``safetensors`` writes
     them, without its per-tensor Python overhead once the schema has been seen."""
+    parts, _ = encode_blob_parts(tensors)
+    return b"".join(parts) if len(parts) > 1 else bytes(parts[0])
+
+
+def encode_blob_parts(tensors: Mapping[str, np.ndarray]) -> tuple[list[bytes | memoryview], int]:
+    """:func:`encode_blob` as pieces to be joined (the header, then each tensor's own buffer:
+    no copy), and their total size."""
     arrays: Mapping[str, np.ndarray] = tensors
     key = _schema_key(tensors)
     if key is None:
@@ -265,13 +272,20 @@ def encode_blob(tensors: Mapping[str, np.ndarray]) -> bytes:
                 if len(_LAYOUTS) >= 64:  # bounded: a run has one schema (two with step 0)
                     _LAYOUTS.clear()
                 _LAYOUTS[key] = layout
-        return first
+        return [first], len(first)
     if layout.order is None:
         from safetensors.numpy import save
 
-        return save(dict(arrays))
+        data = save(dict(arrays))
+        return [data], len(data)
     # a C-contiguous ndarray's buffer is its bytes: joined without a copy of each tensor
-    return b"".join([layout.prefix, *(arrays[k].data for k in layout.order)])
+    parts: list[bytes | memoryview] = [layout.prefix]
+    n = len(layout.prefix)
+    for k in layout.order:
+        v = arrays[k]
+        parts.append(v.data)
+        n += v.nbytes
+    return parts, n
 
 
 def write_blob(

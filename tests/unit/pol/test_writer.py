@@ -11,6 +11,7 @@ import pytest
 
 import dk.pol.writer as writer
 from dk.pol.checkpoint import blob_name, checkpoint_root, update_norm
+from dk.pol.pack import RunBlobs
 from dk.pol.run import RunInfo
 from dk.pol.sampler import Sampler
 from dk.pol.writer import CommitWriter
@@ -40,8 +41,12 @@ def test_commits_in_order_with_intervals(tmp_path: Path, batch_bytes: int) -> No
     written = w.close()
     info = w.info
     assert [c.root for c in info.checkpoints] == [checkpoint_root(c).hex() for c in cks]
-    assert written == [tmp_path / blob_name(checkpoint_root(c)) for c in cks] + [w.log_path]
+    assert written == [tmp_path / "blobs.pack", w.log_path]  # small blobs: packed
     assert all(p.is_file() for p in written)
+    blobs = RunBlobs(tmp_path)
+    for c, ck in zip(info.checkpoints, cks, strict=True):
+        got = blobs.checkpoint(bytes.fromhex(c.root), c.nbytes)
+        assert got.keys() == ck.keys() and all((got[k] == ck[k]).all() for k in ck)
     sampler = Sampler(seed=1, n=20, batch_size=4)
     for i, iv in enumerate(info.intervals):
         assert (iv.start_step, iv.end_step) == (2 * i, 2 * i + 2)
@@ -55,16 +60,16 @@ def test_commits_in_order_with_intervals(tmp_path: Path, batch_bytes: int) -> No
 def test_a_background_error_surfaces_and_nothing_unwritten_is_logged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = writer.write_blob
+    real = writer.encode_blob_parts
     calls = []
 
-    def failing(directory: Path, tensors: object, root: bytes, **kw: object) -> object:
+    def failing(tensors: object) -> object:
         calls.append(1)
         if len(calls) == 2:
             raise OSError("disk full")
-        return real(directory, tensors, root, **kw)  # type: ignore[arg-type]
+        return real(tensors)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(writer, "write_blob", failing)
+    monkeypatch.setattr(writer, "encode_blob_parts", failing)
     w = _writer(tmp_path)
     w.start()
     with pytest.raises(OSError, match="disk full"):  # at a later put, or at close
@@ -75,20 +80,21 @@ def test_a_background_error_surfaces_and_nothing_unwritten_is_logged(
         w.close()
     lines = [json.loads(x) for x in w.log_path.read_text().splitlines()]
     assert len(lines) == 1  # only the checkpoint whose blob is whole
-    assert (tmp_path / "blobs" / f"{lines[0]['checkpoint']['root']}.safetensors").is_file()
-    assert len(list((tmp_path / "blobs").iterdir())) == 1
+    blobs = RunBlobs(tmp_path)
+    assert list(blobs.index()) == [bytes.fromhex(lines[0]["checkpoint"]["root"])]
+    assert blobs.damaged_at is None and blobs.end == (tmp_path / "blobs.pack").stat().st_size
 
 
 def test_the_queue_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A producer faster than the writer waits: at most ``depth`` snapshots queue up."""
     gate = threading.Event()
-    real = writer.write_blob
+    real = writer.encode_blob_parts
 
     def slow(*a: object, **kw: object) -> object:
         gate.wait(10)
         return real(*a, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(writer, "write_blob", slow)
+    monkeypatch.setattr(writer, "encode_blob_parts", slow)
     w = _writer(tmp_path, depth=2)
     w.start()
     done = []
