@@ -259,6 +259,9 @@ def encode_blob(tensors: Mapping[str, np.ndarray]) -> bytes:
 def encode_blob_parts(tensors: Mapping[str, np.ndarray]) -> tuple[list[bytes | memoryview], int]:
     """:func:`encode_blob` as pieces to be joined (the header, then each tensor's own buffer:
     no copy), and their total size."""
+    fast = _encode_last_schema(tensors)
+    if fast is not None:
+        return fast
     arrays: Mapping[str, np.ndarray] = tensors
     key = _schema_key(tensors)
     if key is None:
@@ -278,11 +281,44 @@ def encode_blob_parts(tensors: Mapping[str, np.ndarray]) -> tuple[list[bytes | m
 
         data = save(dict(arrays))
         return [data], len(data)
+    global _LAST
+    if arrays is tensors:  # the next checkpoint of this schema takes the fast path
+        specs = tuple((k, arrays[k].dtype, arrays[k].shape) for k in layout.order)
+        _LAST = (tuple(tensors), layout, specs)
     # a C-contiguous ndarray's buffer is its bytes: joined without a copy of each tensor
     parts: list[bytes | memoryview] = [layout.prefix]
     n = len(layout.prefix)
     for k in layout.order:
         v = arrays[k]
+        parts.append(v.data)
+        n += v.nbytes
+    return parts, n
+
+
+#: The schema encoded last (names in mapping order, its layout, and each tensor's dtype and
+#: shape in blob order): every checkpoint of a run but the first two has it.
+_LAST: tuple[tuple[str, ...], _BlobLayout, tuple[tuple[str, np.dtype, tuple[int, ...]], ...]] | None
+_LAST = None
+
+
+def _encode_last_schema(
+    tensors: Mapping[str, np.ndarray],
+) -> tuple[list[bytes | memoryview], int] | None:
+    """:func:`encode_blob_parts` of a checkpoint with the last schema seen, checked tensor by
+    tensor (an ndarray of the very same dtype, which was little-endian, and shape, C-contiguous)
+    without building its schema key; ``None`` if it has another schema."""
+    last = _LAST
+    if last is None or tuple(tensors) != last[0]:
+        return None
+    layout, specs = last[1], last[2]
+    parts: list[bytes | memoryview] = [layout.prefix]
+    n = len(layout.prefix)
+    for k, dt, shape in specs:
+        v = tensors[k]
+        if type(v) is not np.ndarray or v.dtype is not dt or v.shape != shape:
+            return None
+        if not v.flags.c_contiguous:
+            return None
         parts.append(v.data)
         n += v.nbytes
     return parts, n
