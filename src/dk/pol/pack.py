@@ -134,7 +134,7 @@ class RunBlobs:
                 if magic != REC_MAGIC or flags != 0:
                     self.damaged_at = pos
                     break
-                if n > MAX_BLOB_BYTES or pos + HEADER_BYTES + n > size:
+                if n > PACK_MAX_BLOB or pos + HEADER_BYTES + n > size:
                     break  # a torn tail (or a size no blob has): the walk ends here
                 out.setdefault(root, (pos + HEADER_BYTES, n))
                 pos += HEADER_BYTES + n

@@ -4,7 +4,8 @@ Layout::
 
     RUN/run.json          summary, written atomically when training completes
     RUN/run.log.jsonl     one line per committed checkpoint, appended as training goes
-    RUN/blobs/<root>.safetensors
+    RUN/blobs.pack        small checkpoint blobs, appended (dk.pol.pack, SPEC §11.8)
+    RUN/blobs/<root>.safetensors   larger blobs (and all blobs of runs from before packs)
 
 A crash leaves ``run.log.jsonl`` and every blob it names intact; ``dk prove`` refuses an
 incomplete run.
