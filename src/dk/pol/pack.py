@@ -102,7 +102,8 @@ class RunBlobs:
         self._index: dict[bytes, tuple[int, int]] | None = None
         #: Offset just past the last whole record (where the pack may be cut back to).
         self.end = 0
-        #: Offset of a header that is not a record (damage), if the walk stopped at one.
+        #: Where the walk stopped before the end of the file: a header that is not a record,
+        #: or a record that does not fit (a torn tail, after a crash); ``None`` if it did not.
         self.damaged_at: int | None = None
 
     @property
@@ -126,6 +127,8 @@ class RunBlobs:
             raise FormatError(f"{self.pack_path} is not a regular file", reason="BAD_PATH")
         with open(self.pack_path, "rb") as f:
             fd, size = f.fileno(), os.fstat(f.fileno()).st_size
+            if size == 0:  # created, then the process died before its first write
+                return out
             if os.pread(fd, len(PACK_MAGIC), 0) != PACK_MAGIC:
                 raise FormatError(f"{self.pack_path} is not a dk blob pack")
             pos = len(PACK_MAGIC)
@@ -139,8 +142,8 @@ class RunBlobs:
                 out.setdefault(root, (pos + HEADER_BYTES, n))
                 pos += HEADER_BYTES + n
             self.end = pos
-            if self.damaged_at is None and pos + HEADER_BYTES <= size:
-                self.damaged_at = pos  # a whole header whose record runs past the end
+            if self.damaged_at is None and pos < size:
+                self.damaged_at = pos  # a record that does not fit (or a torn header)
         return out
 
     def has(self, root: bytes, nbytes: int) -> bool:
