@@ -85,6 +85,9 @@ def compare(
     timed(plain, tmp)  # warm: kernel cache, bytecode cache, page cache
     shutil.rmtree(run_dir, ignore_errors=True)
     timed(recorded, tmp)
+    if old:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        timed(recorded, tmp, old)
     p, r, o = [], [], []
     for _ in range(reps):
         p.append(timed(plain, tmp))
