@@ -106,8 +106,9 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def write_run(run_dir: Path, info: RunInfo) -> None:
-    """Write ``run.json`` atomically (compact JSON: the C encoder; indenting is 10x slower)."""
-    atomic_write(run_dir / "run.json", json.dumps(info.to_dict()).encode())
+    """Write ``run.json`` atomically (compact JSON: the C encoder; indenting is 10x slower,
+    and its circular-reference check 5x: the summary is plain numbers and strings)."""
+    atomic_write(run_dir / "run.json", json.dumps(info.to_dict(), check_circular=False).encode())
 
 
 def read_run(run_dir: str | Path) -> RunInfo:
