@@ -13,7 +13,8 @@ A checkpoint is a tensor set with these names:
 * ``compress/...``: codec state, when the job compresses gradients.
 
 Its commitment is ``tensors_root`` (SPEC §4). Blobs are stored content-addressed as
-``blobs/<root hex>.safetensors`` and are never unpickled.
+``blobs/<root hex>.safetensors`` (in a bundle; a run directory appends small ones to its
+``blobs.pack``, :mod:`dk.pol.pack`) and are never unpickled.
 """
 
 from __future__ import annotations
