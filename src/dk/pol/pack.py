@@ -43,7 +43,7 @@ from dk.pol.checkpoint import (
     read_blob_file,
 )
 
-__all__ = ["PACK_NAME", "PackWriter", "RunBlobs", "pack_record", "read_run_checkpoint"]
+__all__ = ["PackWriter", "RunBlobs", "pack_record", "read_run_checkpoint"]
 
 PACK_NAME = "blobs.pack"
 PACK_MAGIC = b"dk-pack\x01"
