@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import collections
 import json
+import math
 import threading
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from dk.pol.checkpoint import (
     Tensors,
@@ -49,6 +52,8 @@ BATCH_BYTES = 4 * 1024 * 1024
 MAX_BATCH = 32
 #: A batch that is not full is committed after this long (a crash loses at most this much).
 BATCH_WAIT_S = 0.25
+#: A batch's update norms are computed together (:func:`update_norms`) up to this much memory.
+BATCH_NORM_BYTES = 16 * 1024 * 1024
 
 
 class CommitWriter:
@@ -170,9 +175,14 @@ class CommitWriter:
                     return
                 lines: list[str] = []
                 records: list[bytes | memoryview] = []
-                for index, step, ck, ext in batch:
+                # the batch's update norms at once; item j's is norms[j + off] (none for j = 0
+                # of a new run: checkpoint 0 ends no interval)
+                off = 0 if prev is not None else -1
+                norms = update_norms(([prev] if prev is not None else []) + [b[2] for b in batch])
+                for j, (index, step, ck, ext) in enumerate(batch):
                     try:
-                        lines.append(self._commit(index, step, ck, prev, ext, records))
+                        norm = norms[j + off] if norms is not None and j + off >= 0 else None
+                        lines.append(self._commit(index, step, ck, prev, ext, records, norm))
                     except BaseException:
                         self._write(log, records, lines)  # what precedes the failure
                         raise
@@ -204,6 +214,7 @@ class CommitWriter:
         prev: Tensors | None,
         ext: dict[str, Any] | None,
         records: list[bytes | memoryview],
+        norm: float | None = None,
     ) -> str:
         """Root, blob and interval of one checkpoint; its log line. A small blob's record is
         added to ``records`` (written by the caller before the line); a large one is written
@@ -227,7 +238,7 @@ class CommitWriter:
                 start_step=start,
                 end_step=step,
                 batch_commitment=self.sampler.batch_commitment(index - 1, start, step).hex(),
-                update_norm=update_norm(prev, ck),
+                update_norm=norm if norm is not None else update_norm(prev, ck),
                 ext=ext,
             )
             self.info.intervals.append(iv)
@@ -236,3 +247,43 @@ class CommitWriter:
             records.append(pack_record(root, nbytes))
             records.extend(parts)
         return json.dumps(line, check_circular=False) + "\n"  # 5x faster; plain data
+
+
+def update_norms(chain: list[Tensors]) -> list[float] | None:
+    """``[update_norm(chain[i], chain[i + 1]) for each i]`` (SPEC §11.1) computed together.
+
+    One row per interval: the squared differences of the ``model/*`` tensors in name order
+    (binary64), then the fold sum of SPEC §1.4 on every row at once (``row[:h] += row[n-h:n]``
+    until one term is left). Each element of each row sees exactly the additions of
+    :func:`dk.crypto.numeric.model_update_norm`, so every norm has the same bits; a batch costs
+    one pass of NumPy calls instead of one per interval. ``None`` (compute them one by one)
+    when the checkpoints do not share the model tensors' names and sizes, for a single interval,
+    or over ``BATCH_NORM_BYTES``.
+    """
+    if len(chain) < 3:  # one interval: nothing to share
+        return None
+    names = sorted(k for k in chain[0] if k.startswith("model/"))
+    sizes = [int(chain[0][k].size) for k in names]
+    rows, total = len(chain) - 1, sum(sizes)
+    if (rows + 1) * total * 8 > BATCH_NORM_BYTES:  # a large model: one at a time, no copies
+        return None
+    d = np.empty((rows, total), dtype=np.float64)
+    o = 0
+    for k, n in zip(names, sizes, strict=True):
+        try:
+            stack = np.stack([c[k].reshape(-1) for c in chain])
+        except (KeyError, ValueError):  # a missing tensor, or another size
+            return None
+        if stack.shape[1] != n or stack.dtype.kind not in "fiu":
+            return None
+        np.subtract(stack[1:], stack[:-1], out=d[:, o : o + n], dtype=np.float64)
+        o += n
+    np.multiply(d, d, out=d)
+    if total == 0:
+        return [0.0] * rows
+    n = total
+    while n > 1:
+        h = n // 2
+        np.add(d[:, :h], d[:, n - h : n], out=d[:, :h])
+        n -= h
+    return [math.sqrt(float(x)) for x in d[:, 0]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -145,3 +146,35 @@ def test_a_new_blob_never_writes_through_an_existing_file(tmp_path: Path) -> Non
     path.unlink()
     write_blob(tmp_path, ck, root, durable=False)  # new: created in place
     assert checkpoint_root(ck) == root and path.stat().st_size == n
+
+
+def _model_ck(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, shape in shapes.items():
+        if name.endswith("count"):
+            out[f"model/{name}"] = rng.integers(0, 1 << 40, shape).astype(np.int64)
+        else:  # wide exponents: summation order changes the last bits here
+            v = rng.standard_normal(shape) * np.exp2(rng.integers(-30, 30, shape))
+            out[f"model/{name}"] = v.astype(np.float32)
+    out["optim/lr"] = np.array(0.1)
+    return out
+
+
+def test_batched_update_norms_have_the_bits_of_one_at_a_time() -> None:
+    """SPEC §1.4 / §11.1: the batch's fold sums make the same additions, so the same bits."""
+    rng = np.random.default_rng(2)
+    for trial in range(30):
+        shapes = {
+            f"t{i}" + ("count" if i == 0 and trial % 3 == 0 else ""): tuple(
+                int(d) for d in rng.integers(0, 40, int(rng.integers(0, 3)))
+            )
+            for i in range(int(rng.integers(1, 6)))
+        }
+        chain = [_model_ck(rng, shapes) for _ in range(int(rng.integers(3, 12)))]
+        got = writer.update_norms(chain)
+        want = [update_norm(a, b) for a, b in zip(chain, chain[1:], strict=False)]
+        assert got is not None and [x.hex() for x in got] == [x.hex() for x in want]
+    other = _model_ck(rng, {"t0": (3,)})
+    assert writer.update_norms([other, other, _model_ck(rng, {"t0": (4,)})]) is None
+    assert writer.update_norms([other, _model_ck(rng, {"t9": (3,)}), other]) is None
+    assert writer.update_norms([other, other]) is None  # one interval: computed alone
