@@ -8,7 +8,8 @@ write; a large one is a file of its own.
 
 * **Batched.** Small checkpoints are taken ``B`` at a time (``B·size ≤ BATCH_BYTES``, at most
   ``MAX_BATCH``; a large checkpoint goes alone, ``B = 1``), or whatever is there after
-  ``BATCH_WAIT_S``: one wake-up of the thread and one log write per batch.
+  ``BATCH_WAIT_S``: one wake-up of the thread, one pack write, one log write and one pass of
+  update norms (:func:`update_norms`) per batch.
 * **Bounded.** At most ``depth · B`` snapshots wait; a producer faster than the disk waits
   too, so memory stays at about ``2 · depth · B + 1`` checkpoints (a few MiB of small ones).
 * **Nothing claimed that is not there.** A batch's log lines are written only after its blobs
