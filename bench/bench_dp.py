@@ -73,7 +73,7 @@ def _rank(rank: int, port: int, out: str) -> None:
     from dk.crypto.keys import SigningKey
     from dk.dist.comm import init_gloo, shutdown
     from dk.dist.rank import train_rank
-    from dk.pol.checkpoint import parse_blob
+    from dk.pol.pack import read_run_checkpoint
 
     comm = init_gloo(rank=rank, world_size=2, address=f"tcp://127.0.0.1:{port}")
     try:
@@ -89,7 +89,7 @@ def _rank(rank: int, port: int, out: str) -> None:
         t_dk = time.perf_counter() - t0
         if rank == 0:
             assert info is not None
-            last = parse_blob((run / f"blobs/{info.checkpoints[-1].root}.safetensors").read_bytes())
+            last = read_run_checkpoint(run, info.checkpoints[-1].root)
             dk_w = b"".join(last[k].tobytes() for k in plain_order(job))
             doc = {"plain_s": t_plain, "dk_s": t_dk, "same": dk_w == plain_w}
             (Path(out) / "result.json").write_text(json.dumps(doc))

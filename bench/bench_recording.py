@@ -11,7 +11,10 @@ timed from outside, imports included, each against the same loop without recordi
 
 Each figure is the minimum over ``DK_BENCH_REPS`` (default 3) runs, baseline and candidate
 interleaved, after one warm-up run of each; wall and CPU (user + system of the child) are both
-shown: on a shared machine the CPU ratio is the steadier one. Child processes run with a
+shown: on a shared machine the CPU ratio is the steadier one. ``DK_BENCH_RECORDING_BASE=DIR``
+(another checkout's ``src``) adds that version's recorded run to the interleaving, so two
+versions of the recorder are compared in one run (``old`` in the output); ``DK_BENCH_VERBOSE=1``
+prints every run with the load average at its end. Child processes run with a
 bytecode cache (in the temporary directory) even where ``PYTHONDONTWRITEBYTECODE`` is set,
 as an installed package would: without it every process recompiles dk's modules.
 """
@@ -32,8 +35,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
 
-def _env(tmp: Path) -> dict[str, str]:
-    src = str(ROOT / "src")
+def _env(tmp: Path, src_dir: str | None = None) -> dict[str, str]:
+    src = src_dir or str(ROOT / "src")
     path = os.pathsep.join(p for p in (src, str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": "1"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -41,14 +44,19 @@ def _env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def timed(args: list[str], cwd: Path) -> tuple[float, float]:
-    """Run one process to completion; its (wall, CPU) seconds."""
+def timed(args: list[str], cwd: Path, src_dir: str | None = None) -> tuple[float, float]:
+    """Run one process to completion (``src_dir``: dk's sources, default this tree's); its
+    (wall, CPU) seconds."""
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    subprocess.run(args, cwd=cwd, env=_env(cwd), check=True, stdout=subprocess.DEVNULL)
+    env = _env(cwd, src_dir)
+    subprocess.run(args, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    wc = wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    if os.environ.get("DK_BENCH_VERBOSE"):
+        print(f"    {args[2]} {args[-1]}: {wc[0]:.2f} s wall {wc[1]:.2f} s CPU   {_load()}")
+    return wc
 
 
 def _best(samples: list[tuple[float, float]]) -> tuple[float, float]:
@@ -73,20 +81,30 @@ def compare(
     reps: int,
 ) -> None:
     """Time ``plain`` and ``recorded`` (which writes ``run_dir``) interleaved; print ratios."""
+    old = os.environ.get("DK_BENCH_RECORDING_BASE")
     timed(plain, tmp)  # warm: kernel cache, bytecode cache, page cache
     shutil.rmtree(run_dir, ignore_errors=True)
     timed(recorded, tmp)
-    p, r = [], []
+    if old:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        timed(recorded, tmp, old)
+    p, r, o = [], [], []
     for _ in range(reps):
         p.append(timed(plain, tmp))
         shutil.rmtree(run_dir, ignore_errors=True)
         r.append(timed(recorded, tmp))
+        if old:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            o.append(timed(recorded, tmp, old))
     (pw, pc), (rw, rc) = _best(p), _best(r)
     print(f"recording  {what}: plain {pw:.2f} s wall {pc:.2f} s CPU   recorded {rw:.2f} s wall "
           f"{rc:.2f} s CPU")  # fmt: skip
     verdicts = f"wall {_verdict(rw / pw, target)}, CPU {_verdict(rc / pc, target)}"
     print(f"  ratio wall {rw / pw:.3f}   CPU {rc / pc:.3f}   (target <= {target}: {verdicts})"
           f"   {_load()}")  # fmt: skip
+    if o:
+        ow, oc = _best(o)
+        print(f"  old ({old}): ratio wall {ow / pw:.3f}   CPU {oc / pc:.3f}")
 
 
 def cnn(tmp: Path, steps: int, reps: int) -> None:

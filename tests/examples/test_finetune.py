@@ -16,7 +16,7 @@ def test_finetune_from_init_safetensors(tmp_path: Path) -> None:
     from tests.examples.loader import load_example
 
     from dk.pol import build_model, load_job
-    from dk.pol.checkpoint import parse_blob
+    from dk.pol.pack import read_run_checkpoint
     from dk.pol.run import read_run
 
     ex = load_example("finetune")
@@ -24,9 +24,7 @@ def test_finetune_from_init_safetensors(tmp_path: Path) -> None:
     assert job.init["method"] == "file" and "path" not in job.hashed_form()["init"]
     ex.worker(tmp_path)
     info = read_run(tmp_path / "run")
-    ck0 = parse_blob(
-        (tmp_path / "run" / "blobs" / f"{info.checkpoints[0].root}.safetensors").read_bytes()
-    )
+    ck0 = read_run_checkpoint(tmp_path / "run", info.checkpoints[0].root)
     init = load_file(str(tmp_path / "init.safetensors"))
     assert all((ck0[f"model/{k}"] == v).all() for k, v in init.items())
     assert ex.verifier(tmp_path, beacon=BEACON, samples=1000).ok

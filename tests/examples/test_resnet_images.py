@@ -32,7 +32,7 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Path]:
 
 def test_the_users_loop_records_buffers_and_the_verifier_accepts(example: tuple[Any, Path]) -> None:
     from dk.pol import load_job
-    from dk.pol.checkpoint import parse_blob
+    from dk.pol.pack import read_run_checkpoint
     from dk.pol.run import read_run
 
     ex, work = example
@@ -40,9 +40,7 @@ def test_the_users_loop_records_buffers_and_the_verifier_accepts(example: tuple[
     assert job.model["arch"] == "custom" and job.train["augment"] == ["crop:4", "flip"]
     assert job.data["kind"] == "images" and job.mode == "tolerant"
     info = read_run(work / "run")
-    last = parse_blob(
-        (work / "run" / "blobs" / f"{info.checkpoints[-1].root}.safetensors").read_bytes()
-    )
+    last = read_run_checkpoint(work / "run", info.checkpoints[-1].root)
     assert int(last["model/block0.norm1.num_batches_tracked"]) == 8
     report = ex.verifier(work, beacon=BEACON, samples=1000)
     assert report.ok, report.to_dict()

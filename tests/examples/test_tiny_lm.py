@@ -18,7 +18,7 @@ def test_record_prove_verify(tmp_path: Path) -> None:
     from tests.examples.loader import load_example
 
     from dk.pol.calibrate import UnsafeTolerance
-    from dk.pol.checkpoint import parse_blob
+    from dk.pol.pack import read_run_checkpoint
     from dk.pol.run import read_run
 
     ex = load_example("tiny_lm")
@@ -39,9 +39,7 @@ def test_record_prove_verify(tmp_path: Path) -> None:
     assert job.data["kind"] == "tokens" and job.model["kwargs"]["layers"] == 2
     ex.worker(tmp_path)
     info = read_run(tmp_path / "run")
-    ck = parse_blob(
-        (tmp_path / "run" / "blobs" / f"{info.checkpoints[1].root}.safetensors").read_bytes()
-    )
+    ck = read_run_checkpoint(tmp_path / "run", info.checkpoints[1].root)
     assert ck["optim/head.weight/exp_avg"].dtype.name == "float32"
     report = ex.verifier(tmp_path, beacon=BEACON, samples=1000)
     assert report.ok, report.to_dict()

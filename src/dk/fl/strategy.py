@@ -139,7 +139,8 @@ class DkStrategy(FedAvg):  # type: ignore[misc]
     def _root_update(self, server_round: int, wpath: Path, base: np.ndarray) -> np.ndarray:
         """FLTrust: the coordinator trains the round job on its own root data."""
         from dk.pol import train_job
-        from dk.pol.checkpoint import blob_name, model_tensors, parse_blob, read_blob_file
+        from dk.pol.checkpoint import model_tensors
+        from dk.pol.pack import read_run_checkpoint
 
         assert self.root_data is not None
         job = round_job(
@@ -148,6 +149,6 @@ class DkStrategy(FedAvg):  # type: ignore[misc]
         run = self.workdir / "coordinator" / f"r{server_round}" / "root-run"
         shutil.rmtree(run, ignore_errors=True)
         info = train_job(job, run)
-        blob = run / blob_name(bytes.fromhex(info.checkpoints[-1].root))
-        final = model_tensors(parse_blob(read_blob_file(blob)))
+        last = info.checkpoints[-1]
+        final = model_tensors(read_run_checkpoint(run, last.root, last.nbytes))
         return np.concatenate([final[k].reshape(-1) for k in self.names]) - base

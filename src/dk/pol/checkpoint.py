@@ -13,7 +13,8 @@ A checkpoint is a tensor set with these names:
 * ``compress/...``: codec state, when the job compresses gradients.
 
 Its commitment is ``tensors_root`` (SPEC §4). Blobs are stored content-addressed as
-``blobs/<root hex>.safetensors`` and are never unpickled.
+``blobs/<root hex>.safetensors`` (in a bundle; a run directory appends small ones to its
+``blobs.pack``, :mod:`dk.pol.pack`) and are never unpickled.
 """
 
 from __future__ import annotations
@@ -252,6 +253,16 @@ def _schema_key(
 def encode_blob(tensors: Mapping[str, np.ndarray]) -> bytes:
     """The safetensors bytes of a checkpoint (SPEC §10.3), exactly as ``safetensors`` writes
     them, without its per-tensor Python overhead once the schema has been seen."""
+    parts, _ = encode_blob_parts(tensors)
+    return b"".join(parts) if len(parts) > 1 else bytes(parts[0])
+
+
+def encode_blob_parts(tensors: Mapping[str, np.ndarray]) -> tuple[list[bytes | memoryview], int]:
+    """:func:`encode_blob` as pieces to be joined (the header, then each tensor's own buffer:
+    no copy), and their total size."""
+    fast = _encode_last_schema(tensors)
+    if fast is not None:
+        return fast
     arrays: Mapping[str, np.ndarray] = tensors
     key = _schema_key(tensors)
     if key is None:
@@ -265,13 +276,53 @@ def encode_blob(tensors: Mapping[str, np.ndarray]) -> bytes:
                 if len(_LAYOUTS) >= 64:  # bounded: a run has one schema (two with step 0)
                     _LAYOUTS.clear()
                 _LAYOUTS[key] = layout
-        return first
+        return [first], len(first)
     if layout.order is None:
         from safetensors.numpy import save
 
-        return save(dict(arrays))
+        data = save(dict(arrays))
+        return [data], len(data)
+    global _LAST
+    if arrays is tensors:  # the next checkpoint of this schema takes the fast path
+        specs = tuple((k, arrays[k].dtype, arrays[k].shape) for k in layout.order)
+        _LAST = (tuple(tensors), layout, specs)
     # a C-contiguous ndarray's buffer is its bytes: joined without a copy of each tensor
-    return b"".join([layout.prefix, *(arrays[k].data for k in layout.order)])
+    parts: list[bytes | memoryview] = [layout.prefix]
+    n = len(layout.prefix)
+    for k in layout.order:
+        v = arrays[k]
+        parts.append(v.data)
+        n += v.nbytes
+    return parts, n
+
+
+#: The schema encoded last (names in mapping order, its layout, and each tensor's dtype and
+#: shape in blob order): every checkpoint of a run but the first two has it.
+_LAST: tuple[tuple[str, ...], _BlobLayout, tuple[tuple[str, np.dtype, tuple[int, ...]], ...]] | None
+_LAST = None
+
+
+def _encode_last_schema(
+    tensors: Mapping[str, np.ndarray],
+) -> tuple[list[bytes | memoryview], int] | None:
+    """:func:`encode_blob_parts` of a checkpoint with the last schema seen, checked tensor by
+    tensor (an ndarray of the very same dtype, which was little-endian, and shape, C-contiguous)
+    without building its schema key; ``None`` if it has another schema."""
+    last = _LAST
+    if last is None or tuple(tensors) != last[0]:
+        return None
+    layout, specs = last[1], last[2]
+    parts: list[bytes | memoryview] = [layout.prefix]
+    n = len(layout.prefix)
+    for k, dt, shape in specs:
+        v = tensors[k]
+        if type(v) is not np.ndarray or v.dtype is not dt or v.shape != shape:
+            return None
+        if not v.flags.c_contiguous:
+            return None
+        parts.append(v.data)
+        n += v.nbytes
+    return parts, n
 
 
 def write_blob(

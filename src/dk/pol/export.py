@@ -22,22 +22,23 @@ from dk.pol.checkpoint import (
 )
 
 
-def _last_root(source: Path) -> tuple[int, bytes]:
-    """(step, root) of the last checkpoint of a run directory or a bundle."""
+def _last_root(source: Path) -> tuple[int, bytes, int | None]:
+    """(step, root, nbytes) of the last checkpoint of a run directory or a bundle (``nbytes``
+    ``None`` for a bundle: its file is read with the blob size bound)."""
     if (source / "manifest.json").is_file():
         from dk.pol.transcript import MAX_MANIFEST_BYTES, parse_manifest
 
         with open(source / "manifest.json", "rb") as f:
             m = parse_manifest(f.read(MAX_MANIFEST_BYTES + 1)).raw
         last = m["checkpoints"][-1]
-        return int(last["step"]), bytes.fromhex(last["root"])
+        return int(last["step"]), bytes.fromhex(last["root"]), None
     from dk.pol.run import read_run
 
     info = read_run(source)
     if not info.complete or not info.checkpoints:
         raise FormatError(f"run {source} is incomplete: nothing final to export")
     last = info.checkpoints[-1]
-    return last.step, bytes.fromhex(last.root)
+    return last.step, bytes.fromhex(last.root), last.nbytes
 
 
 def export_weights(source: str | Path, out: str | Path) -> dict[str, Any]:
@@ -52,8 +53,13 @@ def export_weights(source: str | Path, out: str | Path) -> dict[str, Any]:
     from safetensors.numpy import save_file
 
     src = Path(source)
-    step, root = _last_root(src)
-    tensors = parse_blob(read_blob_file(src / blob_name(root)))
+    step, root, nbytes = _last_root(src)
+    if nbytes is not None:  # a run directory: packed or a file (SPEC §11.8), checked
+        from dk.pol.pack import RunBlobs
+
+        tensors = RunBlobs(src).checkpoint(root, nbytes)
+    else:
+        tensors = parse_blob(read_blob_file(src / blob_name(root)))
     if not digests_equal(checkpoint_root(tensors), root):
         raise FormatError(
             f"{blob_name(root)} does not hash to its committed root", reason="COMMITMENT_MISMATCH"

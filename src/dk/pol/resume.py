@@ -15,6 +15,11 @@ losses and transcript root as an uninterrupted one, bit for bit.
 A partial run is refused (``FormatError``, exit 3) when its checkpoint 0 is not the job's
 (another job's directory), its steps are not the job's ``0, k, 2k, …``, a blob is missing or
 has another size, or the last checkpoint does not hash to its logged root.
+
+Blobs are read where the run keeps them (:class:`dk.pol.pack.RunBlobs`: ``blobs.pack`` or
+``blobs/`` files, so a run recorded before packs resumes too). Records the pack holds past the
+last one the log names (written, then the process died before their lines; or torn) are cut
+off by :func:`rewrite_log`, so the resumed run appends right after its committed prefix.
 """
 
 from __future__ import annotations
@@ -26,16 +31,9 @@ from typing import Any
 
 from dk.crypto.hashing import digests_equal
 from dk.errors import FormatError
-from dk.pol.checkpoint import (
-    Tensors,
-    blob_name,
-    check_schema,
-    checkpoint_root,
-    initial_checkpoint,
-    parse_blob,
-    read_blob_file,
-)
+from dk.pol.checkpoint import Tensors, check_schema, checkpoint_root, initial_checkpoint
 from dk.pol.job import JobSpec
+from dk.pol.pack import RunBlobs, truncate_pack
 from dk.pol.run import CheckpointEntry, IntervalEntry, atomic_write
 
 __all__ = ["PartialRun", "has_partial_run", "read_partial_run"]
@@ -52,6 +50,7 @@ class PartialRun:
     intervals: list[IntervalEntry]
     last: Tensors  # the tensors of the last committed checkpoint (verified against its root)
     lines: list[str]  # the log's valid lines, as written
+    pack_end: int = 0  # where blobs.pack is cut back to: past the last record the log names
 
     @property
     def step(self) -> int:
@@ -116,21 +115,27 @@ def read_partial_run(run_dir: str | Path, job: JobSpec, steps_per_epoch: int) ->
             f"{d} holds a partial run of another job (its checkpoint 0 is not this job's); "
             "train into a new directory"
         )
-    for ck in cks:
-        p = d / blob_name(bytes.fromhex(ck.root))
-        if not p.is_file() or p.stat().st_size != ck.nbytes:
+    blobs = RunBlobs(d)
+    roots = [bytes.fromhex(ck.root) for ck in cks]
+    for ck, root in zip(cks, roots, strict=True):
+        if not blobs.has(root, ck.nbytes):
             raise FormatError(f"cannot resume {d}: blob of checkpoint {ck.index} is missing")
-    last = dict(parse_blob(read_blob_file(d / blob_name(bytes.fromhex(cks[-1].root)))))
-    if not digests_equal(checkpoint_root(last), bytes.fromhex(cks[-1].root)):
-        raise FormatError(f"cannot resume {d}: checkpoint {cks[-1].index} is corrupt")
+    try:
+        last = dict(blobs.checkpoint(roots[-1], cks[-1].nbytes))
+    except FormatError as e:
+        raise FormatError(
+            f"cannot resume {d}: checkpoint {cks[-1].index} is corrupt ({e})"
+        ) from None
     check_schema(job, cks[-1].step, last)
-    return PartialRun(cks, ivs, last, [ln[0] for ln in lines])
+    return PartialRun(cks, ivs, last, [ln[0] for ln in lines], blobs.packed_end(roots))
 
 
 def rewrite_log(run_dir: str | Path, partial: PartialRun) -> None:
-    """Cut the log back to its committed prefix (a torn last line would break the appends)."""
+    """Cut the log back to its committed prefix (a torn last line would break the appends),
+    and ``blobs.pack`` back to the records it names (SPEC §11.8)."""
     text = "".join(line + "\n" for line in partial.lines)
     atomic_write(Path(run_dir) / LOG, text.encode("utf-8"))
+    truncate_pack(run_dir, partial.pack_end)
 
 
 def advance_scheduler(scheduler: Any, steps: int) -> None:

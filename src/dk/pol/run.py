@@ -4,7 +4,8 @@ Layout::
 
     RUN/run.json          summary, written atomically when training completes
     RUN/run.log.jsonl     one line per committed checkpoint, appended as training goes
-    RUN/blobs/<root>.safetensors
+    RUN/blobs.pack        small checkpoint blobs, appended (dk.pol.pack, SPEC §11.8)
+    RUN/blobs/<root>.safetensors   larger blobs (and all blobs of runs from before packs)
 
 A crash leaves ``run.log.jsonl`` and every blob it names intact; ``dk prove`` refuses an
 incomplete run.
@@ -105,8 +106,9 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def write_run(run_dir: Path, info: RunInfo) -> None:
-    """Write ``run.json`` atomically (compact JSON: the C encoder; indenting is 10x slower)."""
-    atomic_write(run_dir / "run.json", json.dumps(info.to_dict()).encode())
+    """Write ``run.json`` atomically (compact JSON: the C encoder; indenting is 10x slower,
+    and its circular-reference check 5x: the summary is plain numbers and strings)."""
+    atomic_write(run_dir / "run.json", json.dumps(info.to_dict(), check_circular=False).encode())
 
 
 def read_run(run_dir: str | Path) -> RunInfo:

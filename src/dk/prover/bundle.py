@@ -7,6 +7,11 @@ Bundle layout::
     BUNDLE/blobs/<checkpoint root>.safetensors content-addressed checkpoints
     BUNDLE/logs/<log digest>.dkrl             rounding logs (pol.backend = "rounded", SPEC VI)
     BUNDLE/proofs/…                            optional zk proofs (SPEC §13)
+
+The run keeps its blobs packed (``blobs.pack``, SPEC §11.8) or as files (large checkpoints,
+runs recorded before packs); the bundle always holds one file per blob, so its bytes do not
+depend on how the run stored them. A packed blob is checked against its root before it is
+written into the bundle (:meth:`dk.pol.pack.RunBlobs.export`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dk.crypto.keys import SigningKey
 from dk.errors import FormatError
 from dk.pol.checkpoint import blob_name
 from dk.pol.job import JobSpec, as_job
+from dk.pol.pack import RunBlobs
 from dk.pol.run import atomic_write, read_run
 from dk.pol.transcript import (
     BUNDLE_FORMAT,
@@ -125,11 +131,9 @@ def prove_run(
     if job.world_size > 1:  # SPEC §11.6: every rank signed this root
         m["rank_signatures"] = rank_signatures_for(run_dir, m)
         _copy_rank_steps(run_dir, out, m, tolerant=job.mode == "tolerant")
+    blobs = RunBlobs(run_dir)
     for ck in m["checkpoints"]:
-        src = run_dir / ck["blob"]
-        if not src.is_file():
-            raise FormatError(f"run is missing blob {ck['blob']}")
-        _link_or_copy(src, out / ck["blob"])
+        blobs.export(bytes.fromhex(ck["root"]), ck["nbytes"], out / ck["blob"])
     for iv in m["intervals"]:  # SPEC VI §4: a rounded run's per-interval logs
         log = iv.get("ext", {}).get("rounding_log")
         if log is not None:

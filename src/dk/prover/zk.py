@@ -15,12 +15,12 @@ from typing import Any, cast
 from dk.crypto.keys import SigningKey
 from dk.errors import FormatError
 from dk.pol.challenge_doc import MAX_CHALLENGE_BYTES, parse_challenge, proof_file
-from dk.pol.checkpoint import parse_blob, read_blob_file
 from dk.pol.data import load_dataset
 from dk.pol.job import JobSpec, as_job
+from dk.pol.pack import RunBlobs
 from dk.pol.run import atomic_write, read_run
 from dk.pol.sampler import job_sampler
-from dk.prover.bundle import _link_or_copy, build_manifest, sign_manifest, write_bundle
+from dk.prover.bundle import build_manifest, sign_manifest, write_bundle
 
 
 def respond_zk(
@@ -68,33 +68,33 @@ def respond_zk(
     sampler = job_sampler(job, len(ds))
     (out / "blobs").mkdir(parents=True, exist_ok=True)
     (out / "proofs").mkdir(exist_ok=True)
+    blobs = RunBlobs(run_dir)  # packed or files (SPEC §11.8), each checked against its root
     total = sum(m["intervals"][i]["end_step"] - m["intervals"][i]["start_step"] for i in intervals)
     done = 0
     for i in intervals:
         iv, cks = m["intervals"][i], m["checkpoints"]
-        start = parse_blob(read_blob_file(run_dir / cks[i]["blob"]))
+        start = blobs.checkpoint(bytes.fromhex(cks[i]["root"]), cks[i]["nbytes"])
         batches = []
         for t in range(iv["start_step"], iv["end_step"]):
             idx = sampler.batch(t)
             batches.append((ds.X[idx], ds.y[idx]))
         records = prove_interval_from(circ, [start], batches)
-        if records and records[-1]["claims"]["params_out"] != _end_digest(
-            circ, run_dir, cks[i + 1]
-        ):
+        if records and records[-1]["claims"]["params_out"] != _end_digest(circ, blobs, cks[i + 1]):
             raise FormatError(f"interval {i} of the run is not the circuit's steps (not a zk run?)")
         atomic_write(out / proof_file(i), json.dumps(records, sort_keys=True).encode())
         done += len(batches)
         if progress is not None:
             progress(done, total)
     for ck in m["checkpoints"]:
-        _link_or_copy(run_dir / ck["blob"], out / ck["blob"])
+        blobs.export(bytes.fromhex(ck["root"]), ck["nbytes"], out / ck["blob"])
     m["proofs"] = [{"interval": i, "file": proof_file(i)} for i in intervals]
     write_bundle(out, m, sign_manifest(m, key))
     return out
 
 
-def _end_digest(circ: Any, run_dir: Path, ck: dict[str, Any]) -> str:
+def _end_digest(circ: Any, blobs: RunBlobs, ck: dict[str, Any]) -> str:
     """The circuit's params digest of a committed checkpoint of the run."""
     from dk.pol.checkpoint import model_tensors
 
-    return circ.params_digest(model_tensors(parse_blob(read_blob_file(run_dir / ck["blob"]))))
+    tensors = blobs.checkpoint(bytes.fromhex(ck["root"]), ck["nbytes"])
+    return circ.params_digest(model_tensors(tensors))

@@ -86,6 +86,39 @@ def test_encode_blob_is_what_safetensors_writes() -> None:
         assert checkpoint.encode_blob(t2) == want2
 
 
+def test_the_last_schema_s_fast_path_checks_every_tensor() -> None:
+    """Once a schema has been seen twice, blobs of the same names take a fast path: it must
+    still give the library's bytes, and notice a tensor of another dtype, shape, byte order or
+    memory layout under the same name."""
+    from safetensors.numpy import save
+
+    def want(t: dict[str, np.ndarray]) -> bytes:
+        return save({k: np.ascontiguousarray(v).reshape(v.shape) for k, v in t.items()})
+
+    rng = np.random.default_rng(5)
+    base = {
+        "model/w": rng.standard_normal((4, 3)).astype(np.float32),
+        "model/b": rng.standard_normal(3).astype(np.float32),
+        "meta/step": np.array(7, dtype=np.int64),
+    }
+    for _ in range(3):  # learn, key, fast
+        base = {k: np.asarray(v + 1, dtype=v.dtype) for k, v in base.items()}
+        assert checkpoint.encode_blob(base) == want(base)
+    assert checkpoint._encode_last_schema(base) is not None  # the fast path is primed
+    w = base["model/w"]
+    for other in (
+        w.astype(np.float64),  # dtype
+        w.reshape(3, 4),  # shape
+        np.asfortranarray(w),  # memory layout
+        w.astype(">f4"),  # byte order
+        w.T.copy().T,  # not C-contiguous, same shape
+    ):
+        t = {**base, "model/w": other}
+        assert checkpoint._encode_last_schema(t) is None
+        assert checkpoint.encode_blob(t) == want(t)
+        assert checkpoint.encode_blob(base) == want(base)
+
+
 @pytest.mark.parametrize("small", [True, False])
 def test_both_write_paths_give_the_same_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: bool

@@ -13,9 +13,10 @@ from tests.helpers import WORKER, tiny_job
 
 from dk.errors import FormatError
 from dk.pol import Recorder, build_model, train_job
-from dk.pol.checkpoint import checkpoint_root, parse_blob
+from dk.pol.checkpoint import checkpoint_root
 from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.models import build_torch_model
+from dk.pol.pack import read_run_checkpoint
 from dk.pol.recorder import JobMismatch
 from dk.pol.replay import replay_interval
 from dk.pol.run import RunInfo, read_run
@@ -54,9 +55,7 @@ def test_train_job_run_directory(job: Any, reference: tuple[Path, RunInfo]) -> N
     lines = [json.loads(x) for x in (run / "run.log.jsonl").read_text().splitlines()]
     assert [x["checkpoint"]["root"] for x in lines] == [c.root for c in info.checkpoints]
     assert (
-        checkpoint_root(
-            parse_blob((run / "blobs" / f"{info.checkpoints[0].root}.safetensors").read_bytes())
-        ).hex()
+        checkpoint_root(read_run_checkpoint(run, info.checkpoints[0].root)).hex()
         == (job.pol["init_root"])
     )
 
@@ -105,9 +104,7 @@ def test_replay_reproduces_every_committed_root(backend_run: tuple[Any, Path, Ru
     job, run, info = backend_run
     ds = load_dataset(job)
     for iv in info.intervals:
-        start = parse_blob(
-            (run / f"blobs/{info.checkpoints[iv.index].root}.safetensors").read_bytes()
-        )
+        start = read_run_checkpoint(run, info.checkpoints[iv.index].root)
         end = replay_interval(job, ds, start, iv.start_step, iv.end_step)
         assert checkpoint_root(end).hex() == info.checkpoints[iv.index + 1].root
 
@@ -307,13 +304,12 @@ from tests.helpers import tiny_job
 from dk.pol import train_job
 from dk.pol.data import load_dataset
 from dk.pol.replay import Replayer, replay_matches
-from dk.pol.checkpoint import parse_blob
+from dk.pol.pack import read_run_checkpoint
 from dk.pol.run import read_run
 job = tiny_job()
 info = train_job(job, Path(sys.argv[1]) / "run")
 assert "torch" not in sys.modules, "dk train on dk kernels imported torch"
-blob = lambda i: parse_blob((Path(sys.argv[1]) / "run" / "blobs" /
-                             f"{info.checkpoints[i].root}.safetensors").read_bytes())
+blob = lambda i: read_run_checkpoint(Path(sys.argv[1]) / "run", info.checkpoints[i].root)
 ok, _ = replay_matches(Replayer(job, load_dataset(job)), blob(0), blob(1),
                        bytes.fromhex(info.checkpoints[1].root), 0, job.interval)
 assert ok
@@ -360,10 +356,8 @@ def test_run_is_made_durable_once_before_run_json(
         "sync_files",
         lambda paths: calls.append((list(paths), (run / "run.json").exists())),
     )
-    info = train_job(job, run)
+    train_job(job, run)
     assert len(calls) == 1
     paths, run_json_existed = calls[0]
     assert not run_json_existed
-    assert {p.name for p in paths} == {f"{c.root}.safetensors" for c in info.checkpoints} | {
-        "run.log.jsonl"
-    }
+    assert {p.name for p in paths} == {"blobs.pack", "run.log.jsonl"}  # small blobs: packed

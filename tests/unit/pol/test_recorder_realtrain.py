@@ -16,8 +16,9 @@ import torch.nn.functional as F
 from dk.errors import BackendUnavailable, FormatError, JobMismatch
 from dk.pol import Recorder, build_model, load_job, train_job
 from dk.pol.augment import augment_batch, step_seed
-from dk.pol.checkpoint import checkpoint_root, initial_checkpoint, parse_blob
+from dk.pol.checkpoint import checkpoint_root, initial_checkpoint
 from dk.pol.jobinit import default_job
+from dk.pol.pack import read_run_checkpoint
 from dk.pol.recorder import TrainingDiverged
 from dk.pol.replay import Replayer
 from dk.pol.run import read_run
@@ -135,9 +136,7 @@ def test_checkpoints_commit_buffers_and_the_user_loop_replays_bit_for_bit(
 ) -> None:
     job = _job(folder)
     info = _user_loop(job, tmp_path / "run")
-    ck = parse_blob(
-        (tmp_path / "run" / "blobs" / f"{info.checkpoints[1].root}.safetensors").read_bytes()
-    )
+    ck = read_run_checkpoint(tmp_path / "run", info.checkpoints[1].root)
     assert ck["model/bn.num_batches_tracked"].dtype == np.int64
     assert int(ck["model/bn.num_batches_tracked"]) == 4 * job.train["accumulation"]
     assert "model/bn.running_mean" in ck and "optim/conv.weight/momentum_buffer" in ck
@@ -300,8 +299,7 @@ def test_cuda_bf16_run_verifies_on_cpu_within_tolerance(folder: Path, tmp_path: 
 
     job = _job(folder, mode="tolerant", device="cuda", precision="bf16")
     info = train_job(job, tmp_path / "run")
-    blobs = tmp_path / "run" / "blobs"
-    cks = [parse_blob((blobs / f"{c.root}.safetensors").read_bytes()) for c in info.checkpoints]
+    cks = [read_run_checkpoint(tmp_path / "run", c.root) for c in info.checkpoints]
     rep = Replayer(job, load_dataset(job), threads=None, device="cpu")
     d = distances(cks[0], cks[1], rep.run(cks[0], 0, 4))
     assert d["l2"] < 0.05, d
@@ -487,9 +485,7 @@ def test_dk_export_writes_the_final_weights(folder: Path, tmp_path: Path) -> Non
 
     job = _job(folder)
     info = train_job(job, tmp_path / "run")
-    last = parse_blob(
-        (tmp_path / "run" / "blobs" / f"{info.checkpoints[-1].root}.safetensors").read_bytes()
-    )
+    last = read_run_checkpoint(tmp_path / "run", info.checkpoints[-1].root)
     prove_run(tmp_path / "run", job, SigningKey(bytes(32)), tmp_path / "bundle")
     for src in ("run", "bundle"):
         r = CliRunner().invoke(

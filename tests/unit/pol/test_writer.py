@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 import dk.pol.writer as writer
 from dk.pol.checkpoint import blob_name, checkpoint_root, update_norm
+from dk.pol.pack import RunBlobs
 from dk.pol.run import RunInfo
 from dk.pol.sampler import Sampler
 from dk.pol.writer import CommitWriter
@@ -40,8 +42,12 @@ def test_commits_in_order_with_intervals(tmp_path: Path, batch_bytes: int) -> No
     written = w.close()
     info = w.info
     assert [c.root for c in info.checkpoints] == [checkpoint_root(c).hex() for c in cks]
-    assert written == [tmp_path / blob_name(checkpoint_root(c)) for c in cks] + [w.log_path]
+    assert written == [tmp_path / "blobs.pack", w.log_path]  # small blobs: packed
     assert all(p.is_file() for p in written)
+    blobs = RunBlobs(tmp_path)
+    for c, ck in zip(info.checkpoints, cks, strict=True):
+        got = blobs.checkpoint(bytes.fromhex(c.root), c.nbytes)
+        assert got.keys() == ck.keys() and all((got[k] == ck[k]).all() for k in ck)
     sampler = Sampler(seed=1, n=20, batch_size=4)
     for i, iv in enumerate(info.intervals):
         assert (iv.start_step, iv.end_step) == (2 * i, 2 * i + 2)
@@ -55,16 +61,16 @@ def test_commits_in_order_with_intervals(tmp_path: Path, batch_bytes: int) -> No
 def test_a_background_error_surfaces_and_nothing_unwritten_is_logged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = writer.write_blob
+    real = writer.encode_blob_parts
     calls = []
 
-    def failing(directory: Path, tensors: object, root: bytes, **kw: object) -> object:
+    def failing(tensors: object) -> object:
         calls.append(1)
         if len(calls) == 2:
             raise OSError("disk full")
-        return real(directory, tensors, root, **kw)  # type: ignore[arg-type]
+        return real(tensors)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(writer, "write_blob", failing)
+    monkeypatch.setattr(writer, "encode_blob_parts", failing)
     w = _writer(tmp_path)
     w.start()
     with pytest.raises(OSError, match="disk full"):  # at a later put, or at close
@@ -75,20 +81,21 @@ def test_a_background_error_surfaces_and_nothing_unwritten_is_logged(
         w.close()
     lines = [json.loads(x) for x in w.log_path.read_text().splitlines()]
     assert len(lines) == 1  # only the checkpoint whose blob is whole
-    assert (tmp_path / "blobs" / f"{lines[0]['checkpoint']['root']}.safetensors").is_file()
-    assert len(list((tmp_path / "blobs").iterdir())) == 1
+    blobs = RunBlobs(tmp_path)
+    assert list(blobs.index()) == [bytes.fromhex(lines[0]["checkpoint"]["root"])]
+    assert blobs.damaged_at is None and blobs.end == (tmp_path / "blobs.pack").stat().st_size
 
 
 def test_the_queue_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A producer faster than the writer waits: at most ``depth`` snapshots queue up."""
     gate = threading.Event()
-    real = writer.write_blob
+    real = writer.encode_blob_parts
 
     def slow(*a: object, **kw: object) -> object:
         gate.wait(10)
         return real(*a, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(writer, "write_blob", slow)
+    monkeypatch.setattr(writer, "encode_blob_parts", slow)
     w = _writer(tmp_path, depth=2)
     w.start()
     done = []
@@ -139,3 +146,35 @@ def test_a_new_blob_never_writes_through_an_existing_file(tmp_path: Path) -> Non
     path.unlink()
     write_blob(tmp_path, ck, root, durable=False)  # new: created in place
     assert checkpoint_root(ck) == root and path.stat().st_size == n
+
+
+def _model_ck(rng: np.random.Generator, shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, shape in shapes.items():
+        if name.endswith("count"):
+            out[f"model/{name}"] = rng.integers(0, 1 << 40, shape).astype(np.int64)
+        else:  # wide exponents: summation order changes the last bits here
+            v = rng.standard_normal(shape) * np.exp2(rng.integers(-30, 30, shape))
+            out[f"model/{name}"] = v.astype(np.float32)
+    out["optim/lr"] = np.array(0.1)
+    return out
+
+
+def test_batched_update_norms_have_the_bits_of_one_at_a_time() -> None:
+    """SPEC §1.4 / §11.1: the batch's fold sums make the same additions, so the same bits."""
+    rng = np.random.default_rng(2)
+    for trial in range(30):
+        shapes = {
+            f"t{i}" + ("count" if i == 0 and trial % 3 == 0 else ""): tuple(
+                int(d) for d in rng.integers(0, 40, int(rng.integers(0, 3)))
+            )
+            for i in range(int(rng.integers(1, 6)))
+        }
+        chain = [_model_ck(rng, shapes) for _ in range(int(rng.integers(3, 12)))]
+        got = writer.update_norms(chain)
+        want = [update_norm(a, b) for a, b in zip(chain, chain[1:], strict=False)]
+        assert got is not None and [x.hex() for x in got] == [x.hex() for x in want]
+    other = _model_ck(rng, {"t0": (3,)})
+    assert writer.update_norms([other, other, _model_ck(rng, {"t0": (4,)})]) is None
+    assert writer.update_norms([other, _model_ck(rng, {"t9": (3,)}), other]) is None
+    assert writer.update_norms([other, other]) is None  # one interval: computed alone
