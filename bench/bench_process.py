@@ -153,35 +153,27 @@ NUMBA_FLOOR = """
 import numpy as np
 from numba import njit
 
+from dk.pol.exact._numba_load import load_cached_without_registries
+
 @njit(cache=True)
 def f(a):
     s = np.float32(0)
     for i in range(a.shape[0]):
         s += a[i]
     return s
-"""
 
-
-HIDE = """
-import sys
-
-class Hide:  # as dk.verifier.replay does while dk's kernels load
-    def find_spec(self, name, path, target=None):
-        if name.partition(".")[0] in ("scipy", "cffi"):
-            raise ModuleNotFoundError(name, name=name)
-
-sys.meta_path.insert(0, Hide())
+load_cached_without_registries([f])  # as dk's kernels load
 """
 
 
 def numba_floor(tmp: Path, reps: int) -> tuple[float, float]:
-    """Numba's own fixed cost in a fresh process: import it, load one cached kernel, call it,
-    with SciPy and CFFI hidden as the verifier hides them (less the interpreter and NumPy
-    alone): what no change to dk's own code removes from an exact replay."""
+    """Numba's own fixed cost in a fresh process: import it, load one cached kernel as dk's
+    kernels load (without Numba's registries), call it (less the interpreter and NumPy alone):
+    what no change to dk's own code removes from an exact replay."""
     (tmp / "nbfloor.py").write_text(NUMBA_FLOOR)
     code = "import numpy as np, nbfloor; nbfloor.f(np.ones(3, np.float32))"
     timed([PY, "-c", code], tmp)  # compile and cache
-    call = [PY, "-c", HIDE + code]
+    call = [PY, "-c", code]
     runs, base = [], []
     for _ in range(reps):
         runs.append(timed(call, tmp))
