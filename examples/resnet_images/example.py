@@ -15,8 +15,19 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
-def consumer(work: Path, *, images: int = 1797, steps: int = 2000, interval: int = 50) -> Any:
-    """Write the data, ship model.py beside the job, and write a signed-off job.toml."""
+def consumer(
+    work: Path,
+    *,
+    images: int = 1797,
+    steps: int = 2000,
+    interval: int = 50,
+    tolerance: float | None = None,
+) -> Any:
+    """Write the data, ship model.py beside the job, and write a signed-off job.toml.
+
+    ``tolerance``: ``None`` pins what ``dk calibrate`` recommends for this very job (which
+    refuses a tolerance that a cheap cheat fits in); a number pins that one instead.
+    """
     from dk.pol.data.synth import digits_image_folder
     from dk.pol.jobinit import default_job
 
@@ -45,7 +56,8 @@ def consumer(work: Path, *, images: int = 1797, steps: int = 2000, interval: int
             "gamma": 0.1,
             "augment": ["crop:4", "flip"],
         },
-    )  # tolerance: what `dk calibrate` recommends for this very job
+        tolerance=tolerance,
+    )
     (work / "job.toml").write_text(job.to_toml())
     return job
 

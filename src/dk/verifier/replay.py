@@ -8,38 +8,39 @@ worker never reads a bundle file and there is no cache shared between jobs or da
 
 from __future__ import annotations
 
-import contextlib
 import os
-import sys
 import time
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from dk.crypto.hashing import digests_equal
 from dk.errors import BackendUnavailable, FormatError
-from dk.pol.checkpoint import blob_name, check_schema, checkpoint_root, parse_blob, read_blob_file
+from dk.pol.checkpoint import blob_name, check_schema, checkpoint_root, read_blob_file
 from dk.pol.data import Dataset, load_dataset
 from dk.pol.job import JobSpec, as_job
 from dk.pol.transcript import MAX_MANIFEST_BYTES, Manifest, ManifestCheckpoint, parse_manifest
-from dk.verifier.files import read_bounded
+from dk.verifier.files import parse_checkpoint, read_bounded
 from dk.verifier.report import ACCEPT, REJECT, Reason, Report, outcome_of
 
 Tensors = dict[str, np.ndarray]
 
 _replayer: Any = None  # one per worker process of one pool (set by _init_worker)
+_START_TIMEOUT_S = 300.0  # every worker of a pool is up by then, or the pool fails
 
 
-def _init_worker(spec: dict[str, Any], base_dir: str, dataset: Dataset) -> None:
-    """Pool initializer: the job and the caller's dataset, once per worker process."""
+def _init_worker(spec: dict[str, Any], base_dir: str, dataset: Dataset, started: Any) -> None:
+    """Pool initializer: the job and the caller's dataset, once per worker process; then wait
+    until every worker is up (``started``, a barrier), so that the first one up does not take
+    every task of a short replay while the others start: ``workers = N`` replays in N
+    processes."""
     from dk.pol.replay import make_replayer
 
     global _replayer
     _replayer = make_replayer(JobSpec(spec, Path(base_dir)), dataset)
+    started.wait(_START_TIMEOUT_S)  # a worker that never starts breaks it: the pool fails
 
 
 def _replay_task(
@@ -67,57 +68,6 @@ def _task(
     return held[i], held.get(i + 1), cks[i + 1].root, ivs[i].start_step, ivs[i].end_step, log
 
 
-#: Optional packages Numba's registries import only for features dk's kernels never use, each
-#: with the module whose presence means the cost is already paid (then it is not hidden).
-_HIDDEN_WHILE_KERNELS_LOAD = {"scipy": "scipy.linalg", "cffi": "cffi"}
-
-
-class _HideOptional:
-    """An import finder (``sys.meta_path``) under which the packages named are not installed."""
-
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = tuple(names)
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> None:
-        if fullname.partition(".")[0] in self.names:
-            raise ModuleNotFoundError(
-                f"{fullname} is hidden while dk's kernels load", name=fullname
-            )
-        return None
-
-
-@contextlib.contextmanager
-def _kernels_without_scipy(job: JobSpec) -> Iterator[None]:
-    """Load Numba's registries for dk's kernels without importing SciPy or CFFI (0.35 s of CPU).
-
-    Numba's first compilation or cache load in a process imports its registries: NumPy's
-    ``arraymath`` imports SciPy's BLAS bindings only to allow ``np.dot`` and ``np.linalg`` in
-    kernels, and ``cffi_utils`` builds a CFFI parser only to allow CFFI functions in kernels.
-    dk's kernels use neither (SPEC II §3: every reduction in a fixed order, no BLAS; no foreign
-    calls), so an exact replay on them (registry models only: no consumer code runs) hides
-    those packages while the kernels load; Numba then treats them as not installed (for the
-    rest of the process, where CFFI support in other kernels is off). A package whose cost is
-    paid already is not hidden (Numba's own import may load the light top-level
-    ``scipy``; ``scipy.linalg`` is the heavy part), and nothing is hidden once Numba's
-    registries are loaded.
-    """
-    from dk.pol.kernel_adapter import uses_kernels
-
-    loaded = sys.modules.keys()
-    hide = [n for n, paid in _HIDDEN_WHILE_KERNELS_LOAD.items() if paid not in loaded]
-    if not uses_kernels(job) or "numba.np.arraymath" in loaded or not hide:
-        yield
-        return
-    finder = _HideOptional(hide)
-    sys.meta_path.insert(0, finder)
-    try:
-        yield
-    finally:
-        sys.meta_path.remove(finder)
-
-
 def _replay_parallel(
     job: JobSpec,
     ds: Dataset,
@@ -135,11 +85,12 @@ def _replay_parallel(
     results: dict[int, tuple[bool, dict[str, Any]]] = {}
     cpu = 0.0
     pids: set[int] = set()
+    n, ctx = min(workers, len(chal)), mp.get_context("spawn")
     with ProcessPoolExecutor(
-        max_workers=min(workers, len(chal)),
-        mp_context=mp.get_context("spawn"),
+        max_workers=n,
+        mp_context=ctx,
         initializer=_init_worker,
-        initargs=(job.spec, str(job.base_dir), ds),
+        initargs=(job.spec, str(job.base_dir), ds, ctx.Barrier(n)),
     ) as pool:
         futs = {i: pool.submit(_replay_task, *_task(i, held, cks, ivs, logs)) for i in chal}
         for i, fut in futs.items():
@@ -188,9 +139,8 @@ def replay_challenged(
     elif workers > 1 and len(chal) > 1:
         results, worker_cpu, procs = _replay_parallel(job, ds, man, chal, held, workers, logs)
     elif chal:
-        with _kernels_without_scipy(job):
-            replayer = make_replayer(job, ds)
-            results = {i: replay_matches(replayer, *_task(i, held, cks, ivs, logs)) for i in chal}
+        replayer = make_replayer(job, ds)
+        results = {i: replay_matches(replayer, *_task(i, held, cks, ivs, logs)) for i in chal}
     else:
         results = {}
     rep.figures.update(
@@ -256,7 +206,7 @@ def _result(code: Reason, message: str) -> ReplayResult:
 
 
 def _load_end(b: Path, spec: JobSpec, ck: ManifestCheckpoint, step: int) -> Tensors:
-    end = parse_blob(read_blob_file(b / ck.blob))
+    end = parse_checkpoint(read_blob_file(b / ck.blob))
     if not digests_equal(checkpoint_root(end), ck.root):
         raise FormatError("end checkpoint does not hash to its root", reason="COMMITMENT_MISMATCH")
     check_schema(spec, step, end)

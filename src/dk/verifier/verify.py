@@ -30,7 +30,6 @@ from dk.pol.checkpoint import (
     checkpoint_root,
     hparam_tensors,
     initial_checkpoint,
-    parse_blob,
     read_blob_file,
     update_norm,
 )
@@ -47,7 +46,7 @@ from dk.pol.transcript import (
 )
 from dk.verifier.blame import check_ranks
 from dk.verifier.challenge import derive_challenge, detection_probability, samples_for
-from dk.verifier.files import read_bounded
+from dk.verifier.files import parse_checkpoint, read_bounded
 from dk.verifier.loss import check_loss_present
 from dk.verifier.report import Reason, Report
 from dk.verifier.rounding import check_rounding_claims, check_rounding_logs
@@ -414,7 +413,7 @@ def check_blob(ctx: Context, ck: ManifestCheckpoint, prev: Tensors | None) -> Te
                 f"checkpoint {j}: blob is {len(data)} bytes, the manifest says {ck.nbytes}",
                 reason="BLOB_MALFORMED",
             )
-        tensors = parse_blob(data)
+        tensors = parse_checkpoint(data)
     except FormatError as e:
         ctx.fatal("blobs", e, Reason.BLOB_MALFORMED)
     if not digests_equal(checkpoint_root(tensors), ck.root):

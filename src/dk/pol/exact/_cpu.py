@@ -8,7 +8,8 @@ contracts a multiply and an add into an FMA. Vectorisation runs across output el
 across the terms of one sum.
 
 Kernels called from Python release the GIL (``nogil=True``), so the Recorder's commit thread
-hashes and writes checkpoints while a step computes. Only this module and ``_cuda`` import Numba.
+hashes and writes checkpoints while a step computes. Only this module, ``_cuda`` and
+``_numba_load`` (the kernels load from Numba's cache without its registries) import Numba.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 from numba import get_thread_id, njit, prange  # type: ignore[attr-defined, unused-ignore]
 
 from dk.pol.exact import _math
+from dk.pol.exact._numba_load import load_cached_without_registries
 
 BLOCK = _math.BLOCK
 ZERO = _math.ZERO
@@ -301,6 +303,10 @@ def thread_ids(out: np.ndarray) -> None:  # pragma: no cover - jitted
     (kernels split work the same way; used to show that the parallel path ran)."""
     for i in prange(out.shape[0]):
         out[i] = get_thread_id()
+
+
+#: Kernels that load from Numba's cache without its registries (see ``_numba_load``).
+LIGHT_CACHE_LOADS = load_cached_without_registries([*globals().values(), *_f.values()])
 
 
 class CpuBackend:
