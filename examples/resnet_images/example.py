@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -106,17 +107,32 @@ def verifier(work: Path, **kw: Any) -> Any:
 
 
 def main() -> None:
+    """Run the three roles; a dk error is one line with dk's exit code (``dk.errors``)."""
+    from dk.errors import DkError, exit_code_for
+
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("work", type=Path)
     ap.add_argument("--images", type=int, default=1797)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--interval", type=int, default=50)
+    ap.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="pin a tolerance instead of calibrating (README: when calibration refuses)",
+    )
     a = ap.parse_args()
-    job = consumer(a.work, images=a.images, steps=a.steps, interval=a.interval)
-    print(f"job {job.job_id.hex()}  tolerance {job.pol['tolerance']:.3g}")
-    worker(a.work)
-    report = verifier(a.work)
-    print(report.verdict, report.codes)
+    try:
+        job = consumer(
+            a.work, images=a.images, steps=a.steps, interval=a.interval, tolerance=a.tolerance
+        )
+        print(f"job {job.job_id.hex()}  tolerance {job.pol['tolerance']:.3g}")
+        worker(a.work)
+        report = verifier(a.work)
+        print(report.verdict, report.codes)
+    except DkError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(int(exit_code_for(e))) from None
 
 
 if __name__ == "__main__":

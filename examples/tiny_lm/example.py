@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,9 @@ def verifier(work: Path, **kw: Any) -> Any:
 
 
 def main() -> None:
+    """Run the three roles; a dk error is one line with dk's exit code (``dk.errors``)."""
+    from dk.errors import DkError, exit_code_for
+
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("work", type=Path)
     ap.add_argument("--text-bytes", type=int, default=400_000)
@@ -131,18 +135,22 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tolerance", type=float, default=None)
     a = ap.parse_args()
-    job = consumer(
-        a.work,
-        text_bytes=a.text_bytes,
-        steps=a.steps,
-        interval=a.interval,
-        device=a.device,
-        tolerance=a.tolerance,
-    )
-    print(f"job {job.job_id.hex()}  tolerance {job.pol['tolerance']:.3g}")
-    worker(a.work)
-    report = verifier(a.work)
-    print(report.verdict, report.codes)
+    try:
+        job = consumer(
+            a.work,
+            text_bytes=a.text_bytes,
+            steps=a.steps,
+            interval=a.interval,
+            device=a.device,
+            tolerance=a.tolerance,
+        )
+        print(f"job {job.job_id.hex()}  tolerance {job.pol['tolerance']:.3g}")
+        worker(a.work)
+        report = verifier(a.work)
+        print(report.verdict, report.codes)
+    except DkError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(int(exit_code_for(e))) from None
 
 
 if __name__ == "__main__":

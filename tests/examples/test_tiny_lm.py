@@ -80,3 +80,26 @@ def test_cuda_bf16_run_verified_on_cpu(tmp_path: Path, monkeypatch: pytest.Monke
         tmp_path / "bundle", load_job(tmp_path / "job.toml"), beacon=BEACON, samples=1000
     )
     assert report.ok, report.to_dict()
+
+
+def test_script_refusal_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    """A new user running the example at a size calibration refuses gets dk's one-line error
+    and exit code 3 (the code `dk job init` gives for it), not a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    script = root / "examples" / "tiny_lm" / "example.py"
+    args = ["--text-bytes", "8000", "--steps", "6", "--interval", "2"]
+    p = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "w"), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert p.returncode == 3, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: refusing to recommend a tolerance")
+    assert "Traceback" not in p.stderr
