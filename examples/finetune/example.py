@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -114,21 +113,18 @@ def verifier(work: Path, **kw: Any) -> Any:
 
 def main() -> None:
     """Run the three roles; a dk error is one line with dk's exit code (``dk.errors``)."""
-    from dk.errors import DkError, exit_code_for
+    from dk.errors import one_line_errors
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("work", type=Path)
     ap.add_argument("--steps", type=int, default=300)
     a = ap.parse_args()
-    try:
+    with one_line_errors():
         job = consumer(a.work, steps=a.steps)
         print(f"job {job.job_id.hex()}  init.root {job.init['root'][:16]}…")
         worker(a.work)
         report = verifier(a.work)
         print(report.verdict, report.codes)
-    except DkError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(int(exit_code_for(e))) from None
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +107,7 @@ def verifier(work: Path, **kw: Any) -> Any:
 
 def main() -> None:
     """Run the three roles; a dk error is one line with dk's exit code (``dk.errors``)."""
-    from dk.errors import DkError, exit_code_for
+    from dk.errors import one_line_errors
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("work", type=Path)
@@ -122,7 +121,7 @@ def main() -> None:
         help="pin a tolerance instead of calibrating (README: when calibration refuses)",
     )
     a = ap.parse_args()
-    try:
+    with one_line_errors():
         job = consumer(
             a.work, images=a.images, steps=a.steps, interval=a.interval, tolerance=a.tolerance
         )
@@ -130,9 +129,6 @@ def main() -> None:
         worker(a.work)
         report = verifier(a.work)
         print(report.verdict, report.codes)
-    except DkError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(int(exit_code_for(e))) from None
 
 
 if __name__ == "__main__":

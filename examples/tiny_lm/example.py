@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import math
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +124,7 @@ def verifier(work: Path, **kw: Any) -> Any:
 
 def main() -> None:
     """Run the three roles; a dk error is one line with dk's exit code (``dk.errors``)."""
-    from dk.errors import DkError, exit_code_for
+    from dk.errors import one_line_errors
 
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("work", type=Path)
@@ -135,7 +134,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--tolerance", type=float, default=None)
     a = ap.parse_args()
-    try:
+    with one_line_errors():
         job = consumer(
             a.work,
             text_bytes=a.text_bytes,
@@ -148,9 +147,6 @@ def main() -> None:
         worker(a.work)
         report = verifier(a.work)
         print(report.verdict, report.codes)
-    except DkError as e:
-        print(f"error: {e}", file=sys.stderr)
-        raise SystemExit(int(exit_code_for(e))) from None
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ command line holds no mapping of its own: :func:`exit_code_for` is the one place
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
 from enum import IntEnum
 from typing import Any
 
@@ -106,6 +109,18 @@ def exit_code_for(exc: BaseException) -> ExitCode:
     if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
         return ExitCode.MALFORMED
     return ExitCode.INTERNAL
+
+
+@contextlib.contextmanager
+def one_line_errors(prefix: str = "error") -> Iterator[None]:
+    """For a user's own script: a :class:`DkError` inside becomes one line on stderr and the
+    process exits with the status ``dk`` would give (:func:`exit_code_for`); anything else
+    propagates with its traceback (a bug should show one)."""
+    try:
+        yield
+    except DkError as e:
+        print(f"{prefix}: {e}", file=sys.stderr)
+        raise SystemExit(int(exit_code_for(e))) from None
 
 
 class JobMismatch(DkError, ValueError):

@@ -131,3 +131,16 @@ def test_verify_data_points_at_the_verifiers_copy(
     assert r.exit_code == 5 and "INCONCLUSIVE" in r.output and "DATA_UNAVAILABLE" in r.output
     r = dk("verify", bundle, "--job", moved, "--data", mine, "--integrity", "all", "--json")
     assert json.loads(r.output)["verdict"] == "inconclusive"
+
+
+def test_one_line_errors_gives_the_cli_s_line_and_code(capsys: pytest.CaptureFixture[str]) -> None:
+    """The examples' scripts wrap their roles in ``one_line_errors``: a dk error is one stderr
+    line and ``dk``'s exit code; anything else keeps its traceback (a bug should show one)."""
+    from dk.errors import JobMismatch, one_line_errors
+
+    with pytest.raises(SystemExit) as ex, one_line_errors():
+        raise JobMismatch("optimizer is SGD, the job says adamw")
+    assert ex.value.code == exit_code_for(JobMismatch("x")) == 3
+    assert capsys.readouterr().err == "error: optimizer is SGD, the job says adamw\n"
+    with pytest.raises(KeyError), one_line_errors():
+        raise KeyError("a bug")
