@@ -577,8 +577,9 @@ class Recorder:
         ``foreach=False``), bit for bit, with the multiplication left out when the clamped
         coefficient is exactly 1 (then it is the identity): the common case costs the norm.
 
-        On the CPU the per-tensor norms come from one ``torch._foreach_norm`` call, whose CPU
-        implementation is the per-tensor ``linalg.vector_norm`` loop in C++ (the same bits as
+        On the CPU the per-tensor norms come from one ``torch._foreach_norm`` call and the
+        multiplication from one ``torch._foreach_mul_``, whose CPU implementations are the
+        per-tensor ``linalg.vector_norm`` and ``mul_`` loops in C++ (the same bits as
         ``foreach=False``, tests/unit/pol/test_recorder_fastpaths.py); elsewhere, and under the
         rounded backend (whose log names each operation, SPEC VI), as the replay computes it."""
         clip = float(self.job.train.get("clip_norm", 0.0))
@@ -591,8 +592,11 @@ class Recorder:
         if self.rounding is None and all(g.device.type == "cpu" and not g.is_sparse for g in grads):
             norms = torch._foreach_norm(grads, 2.0)
             total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
-        else:
-            total = utils.get_total_norm(grads, 2.0, False, foreach=False)
+            coef = torch.clamp(clip / (total + 1e-6), max=1.0)  # clip_grads_with_norm_'s coef
+            if not bool(coef == 1.0):  # NaN multiplies too
+                torch._foreach_mul_(grads, coef)  # its per-tensor mul_ loop, in C++
+            return
+        total = utils.get_total_norm(grads, 2.0, False, foreach=False)
         if not bool(torch.clamp(clip / (total + 1e-6), max=1.0) == 1.0):  # NaN multiplies too
             utils.clip_grads_with_norm_(self._params, clip, total, foreach=False)
 
