@@ -76,7 +76,8 @@ def worker(work: Path) -> Any:
 
     job = load_job(work / "job.toml")
     t = job.train
-    dev = torch.device(t["device"])
+    rec = Recorder(job, work / "run")  # dk
+    dev = rec.device  # the job's device (a CUDA job without CUDA: one line, exit 4)
     model = build_model(job).to(dev)
     opt = torch.optim.AdamW(
         model.parameters(),
@@ -93,7 +94,6 @@ def worker(work: Path) -> Any:
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm)))
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, shape)
-    rec = Recorder(job, work / "run")  # dk
     model, opt, loader = rec.attach(model=model, optimizer=opt, scheduler=sched)  # dk
     acc = t["accumulation"]
     for i, (x, y) in enumerate(loader):  # micro-batches of the job's batches

@@ -96,8 +96,9 @@ def exit_code_for(exc: BaseException) -> ExitCode:
     """The exit status for an exception that ended a command (SPEC §14.1).
 
     A :class:`DkError` maps by its class (an inconclusive :class:`VerificationFailed` to
-    ``INCONCLUSIVE``); missing or unreadable files are malformed input; an existing output is a
-    usage error; anything else is a bug (``INTERNAL``).
+    ``INCONCLUSIVE``); a file that cannot be read or written (missing, a directory, no
+    permission) is malformed input; an existing output is a usage error; anything else is a bug
+    (``INTERNAL``).
     """
     if isinstance(exc, VerificationFailed):
         verdict = getattr(exc.report, "verdict", "reject")
@@ -106,7 +107,8 @@ def exit_code_for(exc: BaseException) -> ExitCode:
         return exc.exit_code
     if isinstance(exc, FileExistsError):
         return ExitCode.USAGE
-    if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
+    unreadable = FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError
+    if isinstance(exc, unreadable):
         return ExitCode.MALFORMED
     return ExitCode.INTERNAL
 
@@ -121,6 +123,12 @@ def one_line_errors(prefix: str = "error") -> Iterator[None]:
     except DkError as e:
         print(f"{prefix}: {e}", file=sys.stderr)
         raise SystemExit(int(exit_code_for(e))) from None
+
+
+class ExportFailed(DkError):
+    """The job's model could not be written in the asked format (``dk export --onnx``)."""
+
+    exit_code = ExitCode.MALFORMED
 
 
 class JobMismatch(DkError, ValueError):

@@ -133,3 +133,42 @@ def test_cuda_job_without_cuda(job_dir: Path, capsys: pytest.CaptureFixture[str]
     code, err = _dk(["train", str(cuda), "--out", str(job_dir / "run")], capsys)
     assert code == 4 and "cuda" in err.lower()
     assert not (job_dir / "run" / "run.json").exists()
+
+
+def test_verify_many_on_a_directory_without_bundles(
+    job_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Zero verifications is a mistake (a wrong path), not an accepted batch."""
+    empty = job_dir / "none"
+    empty.mkdir()
+    code, err = _dk(["verify-many", str(empty), "--job", str(job_dir / "job.toml")], capsys)
+    assert code == 3 and "no bundle under" in err
+
+
+UNTRACEABLE = (
+    "import torch\n"
+    "class M(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.lin = torch.nn.Linear(64, 10)\n"
+    "    def forward(self, x):\n"
+    "        return self.lin(x) if x.sum().item() > 0 else -self.lin(x)\n"
+    "def build():\n"
+    "    return M()\n"
+)
+
+
+def test_export_onnx_of_a_model_that_does_not_export(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A forward that branches on data cannot be traced: one line, exit 3, and the safetensors
+    weights are still written (no ONNX file, no temporary left)."""
+    pytest.importorskip("onnxscript")
+    d = _dir(tmp_path, model=UNTRACEABLE)
+    assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
+    assert main_ok(["train", str(d / "job.toml"), "--out", str(d / "run")])
+    out = ["--out", str(d / "w.st"), "--onnx", str(d / "m.onnx"), "--job", str(d / "job.toml")]
+    code, err = _dk(["export", str(d / "run"), *out], capsys)
+    assert code == 3 and "cannot export this job's model" in err
+    assert (d / "w.st").is_file()
+    assert not (d / "m.onnx").exists() and not (d / "m.onnx.tmp").exists()

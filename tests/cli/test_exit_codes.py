@@ -50,6 +50,7 @@ def _report(code: Reason) -> Report:
         (DkError("other"), ExitCode.MALFORMED),
         (FileExistsError("x"), ExitCode.USAGE),
         (FileNotFoundError("x"), ExitCode.MALFORMED),
+        (PermissionError("x"), ExitCode.MALFORMED),
         (RuntimeError("bug"), ExitCode.INTERNAL),
     ],
 )

@@ -103,3 +103,27 @@ def test_script_refusal_is_one_line_and_exit_3(tmp_path: Path) -> None:
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: refusing to recommend a tolerance")
     assert "Traceback" not in p.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_script_cuda_without_cuda_is_one_line_and_exit_4(tmp_path: Path) -> None:
+    """`--device cuda` on a CPU machine: the worker's first dk line says CUDA is missing (exit 4,
+    a missing backend), not torch's traceback from `model.to("cuda")`; no run is left."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    script = root / "examples" / "tiny_lm" / "example.py"
+    args = ["--text-bytes", "8000", "--steps", "6", "--interval", "2", "--tolerance", "0.5"]
+    p = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "w"), *args, "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert p.returncode == 4, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no CUDA device" in lines[0], p.stderr
+    assert not (tmp_path / "w" / "run" / "run.json").exists()

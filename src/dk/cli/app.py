@@ -111,7 +111,8 @@ def cli(ctx: click.Context) -> None:
     bundle (`dk prove`), and anyone holding the job checks it cheaply (`dk verify`).
 
     Exit codes: 0 ok/accepted, 1 rejected, 2 usage, 3 malformed input, 4 missing optional
-    backend, 5 verification inconclusive, 70 internal error.
+    backend, 5 verification inconclusive, 69 a service (market server) unreachable, 70 internal
+    error.
     """
     ctx.obj = App()
 

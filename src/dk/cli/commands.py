@@ -732,24 +732,46 @@ def calibrate(
         app.print(f"FORCED: {cal.note}", markup=False)
 
 
-@click.command(short_help="Write the final weights as safetensors")
+@click.command(short_help="Write the final weights as safetensors (and ONNX)")
 @click.argument("source", type=click.Path(exists=True, file_okay=False))
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="safetensors file.")
+@click.option(
+    "--onnx",
+    "onnx_out",
+    type=click.Path(dir_okay=False),
+    help="Also write the final model as ONNX here (needs --job and extra dk-pol[onnx]).",
+)
+@click.option(
+    "--job",
+    "job_file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="The consumer's job.toml: the model's code for --onnx (must be SOURCE's job).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def export(app: App, source: str, out: str, as_json: bool) -> None:
-    """Write the final model weights and buffers of SOURCE (a run or a bundle) to OUT."""
+def export(
+    app: App, source: str, out: str, onnx_out: str | None, job_file: str | None, as_json: bool
+) -> None:
+    """Write the final model weights and buffers of SOURCE (a run or a bundle) to OUT.
+
+    With --onnx, also the final model in eval mode as ONNX, built from the job's model (never
+    from anything in SOURCE) on two samples of the job's data, batch dimension dynamic where the
+    model allows it.
+    """
     from dk.pol.export import export_weights
 
-    done = export_weights(source, out)
+    done = export_weights(source, out, onnx=onnx_out, job=job_file)
     if as_json:
         app.emit_json(done)
-    else:
-        app.print(
-            f"wrote {out}: {done['tensors']} tensors of step {done['step']} "
-            f"(checkpoint {done['root'][:16]}…)",
-            markup=False,
-        )
+        return
+    app.print(
+        f"wrote {out}: {done['tensors']} tensors of step {done['step']} "
+        f"(checkpoint {done['root'][:16]}…)",
+        markup=False,
+    )
+    if onnx_out is not None:
+        batch = "dynamic batch" if done["dynamic_batch"] else "batch fixed to 2"
+        app.print(f"wrote {onnx_out}: the final model as ONNX ({batch})", markup=False)
 
 
 @click.group(short_help="Check the test vectors")

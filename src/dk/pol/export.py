@@ -1,18 +1,29 @@
-"""``dk export``: the final weights of a run or bundle as a safetensors file.
+"""``dk export``: the final weights of a run or bundle as a safetensors file, and as ONNX.
 
 The last committed checkpoint is read strictly (bounded, never unpickled), its root is
 recomputed and compared with the one the run or manifest lists, and its ``model/*`` tensors
 (parameters and buffers) are written under their state-dict names, ready for
 ``model.load_state_dict(safetensors.torch.load_file(path))``.
+
+ONNX needs the model's code, which a run or bundle never carries: it comes from the
+consumer's job (registry, model file or entry point, checked as for training), whose
+``job_id`` must be the run's. The model gets the final weights, is put in eval mode (dropout
+off, BatchNorm on its running statistics) and is exported by ``torch.onnx.export`` (torch's
+``torch.export``-based exporter, extra ``dk-pol[onnx]``) on two samples of the job's data,
+with the batch dimension dynamic where the model allows it. A model the exporter cannot
+trace gives :class:`~dk.errors.ExportFailed` (one line, exit 3) after the safetensors file is
+written.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dk.crypto.hashing import digests_equal
-from dk.errors import FormatError
+from dk.errors import BackendUnavailable, ExportFailed, FormatError, JobMismatch
 from dk.pol.checkpoint import (
     blob_name,
     checkpoint_root,
@@ -21,39 +32,64 @@ from dk.pol.checkpoint import (
     read_blob_file,
 )
 
+if TYPE_CHECKING:
+    from dk.pol.job import JobSpec
 
-def _last_root(source: Path) -> tuple[int, bytes, int | None]:
-    """(step, root, nbytes) of the last checkpoint of a run directory or a bundle (``nbytes``
-    ``None`` for a bundle: its file is read with the blob size bound)."""
+
+def _last_root(source: Path) -> tuple[int, bytes, int | None, str]:
+    """(step, root, nbytes, job_id hex) of the last checkpoint of a run directory or a bundle
+    (``nbytes`` ``None`` for a bundle: its file is read with the blob size bound)."""
     if (source / "manifest.json").is_file():
         from dk.pol.transcript import MAX_MANIFEST_BYTES, parse_manifest
 
         with open(source / "manifest.json", "rb") as f:
             m = parse_manifest(f.read(MAX_MANIFEST_BYTES + 1)).raw
         last = m["checkpoints"][-1]
-        return int(last["step"]), bytes.fromhex(last["root"]), None
+        return int(last["step"]), bytes.fromhex(last["root"]), None, str(m["job_id"])
     from dk.pol.run import read_run
 
     info = read_run(source)
     if not info.complete or not info.checkpoints:
         raise FormatError(f"run {source} is incomplete: nothing final to export")
     last = info.checkpoints[-1]
-    return last.step, bytes.fromhex(last.root), last.nbytes
+    return last.step, bytes.fromhex(last.root), last.nbytes, info.job_id
 
 
-def export_weights(source: str | Path, out: str | Path) -> dict[str, Any]:
-    """Write the final ``model/*`` tensors of ``source`` (run or bundle) to ``out``.
+def export_weights(
+    source: str | Path,
+    out: str | Path,
+    *,
+    onnx: str | Path | None = None,
+    job: JobSpec | str | Path | None = None,
+) -> dict[str, Any]:
+    """Write the final ``model/*`` tensors of ``source`` (run or bundle) to ``out``, and, given
+    ``onnx`` and the consumer's ``job``, the final model as ONNX to ``onnx``.
 
     Returns:
-        ``{"step", "root", "tensors", "out"}`` of what was written.
+        ``{"step", "root", "tensors", "out"}`` of what was written, plus ``"onnx"`` and
+        ``"dynamic_batch"`` for an ONNX export.
 
     Raises:
         FormatError: no run or bundle, an incomplete run, or a blob that is not its root's.
+        JobMismatch: ``job`` is not the job the run or bundle was made for.
+        BackendUnavailable: the ONNX exporter (extra ``dk-pol[onnx]``) is not installed.
+        ExportFailed: torch's exporter could not export this model (the weights are written).
     """
-    from safetensors.numpy import save_file
+    from safetensors.numpy import save
 
+    from dk.pol.run import atomic_write
+
+    if onnx is not None and job is None:
+        raise JobMismatch("--onnx needs the consumer's job (--job job.toml): the model's code")
     src = Path(source)
-    step, root, nbytes = _last_root(src)
+    step, root, nbytes, job_id = _last_root(src)
+    spec = None
+    if job is not None:
+        from dk.pol.job import as_job
+
+        spec = as_job(job)
+        if spec.job_id.hex() != job_id:
+            raise JobMismatch(f"{src} was made for job {job_id[:16]}…, not this job's")
     if nbytes is not None:  # a run directory: packed or a file (SPEC §11.8), checked
         from dk.pol.pack import RunBlobs
 
@@ -65,5 +101,90 @@ def export_weights(source: str | Path, out: str | Path) -> dict[str, Any]:
             f"{blob_name(root)} does not hash to its committed root", reason="COMMITMENT_MISMATCH"
         )
     weights = {k: v.reshape(v.shape) for k, v in model_tensors(tensors).items()}
-    save_file(weights, str(out))
-    return {"step": step, "root": root.hex(), "tensors": len(weights), "out": str(out)}
+    atomic_write(Path(out), save(weights))
+    done: dict[str, Any] = {"step": step, "root": root.hex(), "tensors": len(weights)}
+    done["out"] = str(out)
+    if onnx is not None:
+        assert spec is not None
+        done["onnx"] = str(onnx)
+        done["dynamic_batch"] = export_onnx(spec, weights, Path(onnx))
+    return done
+
+
+def example_input(job: JobSpec, n: int = 2) -> Any:
+    """The first ``n`` samples of the job's data as the model's input (a torch tensor)."""
+    import numpy as np
+    import torch
+
+    from dk.pol.data import load_dataset
+    from dk.pol.torch_adapter import batch_arrays
+
+    ds = load_dataset(job)
+    x, _ = batch_arrays(ds, np.arange(min(n, len(ds)), dtype=np.int64))
+    return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def export_onnx(job: JobSpec, weights: dict[str, Any], out: Path) -> bool:
+    """Export the job's model holding ``weights`` (state-dict names) as ONNX to ``out``.
+
+    Returns:
+        whether the batch dimension is dynamic (else the graph is fixed to two samples).
+    """
+    try:
+        import onnxscript  # noqa: F401  (torch.onnx's exporter needs it)
+    except ImportError:
+        raise BackendUnavailable(
+            "ONNX export needs onnx and onnxscript: pip install 'dk-pol[onnx]'"
+        ) from None
+    import torch
+
+    from dk.pol.models import build_fresh
+
+    model = build_fresh(job)
+    state = {k: torch.from_numpy(v.copy()) for k, v in weights.items()}
+    model.load_state_dict(state, strict=True)
+    model = model.float().eval()
+    x = example_input(job)
+    log = logging.getLogger("torch.onnx")  # it warns about torchvision ops it cannot register
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        errors = []
+        for dynamic in (True, False):
+            try:
+                program = _quiet_export(model, x, dynamic)
+            except Exception as e:  # torch's exporter raises many kinds: one line each
+                while e.__cause__ is not None:  # the exporter wraps the tracer's own error
+                    e = e.__cause__  # type: ignore[assignment]
+                errors.append(f"{type(e).__name__}: {(str(e).strip() or '?').splitlines()[0]}")
+                continue
+            tmp = out.with_name(out.name + ".tmp")
+            program.save(tmp)  # weights inside, or beside it above ONNX's 2 GB limit
+            os.replace(tmp, out)
+            return dynamic
+    finally:
+        log.setLevel(level)
+    raise ExportFailed(f"torch.onnx cannot export this job's model: {errors[-1][:300]}")
+
+
+def _quiet_export(model: Any, x: Any, dynamic: bool) -> Any:
+    """``torch.onnx.export`` of ``model`` on ``x`` (batch dimension dynamic or not), with what
+    it prints (progress on stdout, the traced graph on stderr when it fails) and its warnings
+    kept from the user: dk says one line instead."""
+    import contextlib
+    import io
+    import warnings
+
+    import torch
+
+    quiet = io.StringIO()
+    shapes = ({0: torch.export.Dim("batch", min=1)},) if dynamic else None
+    with (
+        contextlib.redirect_stdout(quiet),
+        contextlib.redirect_stderr(quiet),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(model, (x,), dynamo=True, dynamic_shapes=shapes, verbose=False)
+    assert program is not None
+    return program

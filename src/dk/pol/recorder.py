@@ -106,6 +106,8 @@ def _recorded_optimizer_type() -> type:
                 rec._kernel_step()
                 rec._on_step()
                 return None
+            if rec.dp is None and rec._model is not None:  # DP-SGD computes its own gradients
+                rec._require_gradients()
             if rec.codec is not None and rec._model is not None:  # compressed job: SPEC Part III
                 rec.codec.compress_grads_(rec._model.named_parameters())
             if rec.dp is not None and rec._model is not None:  # DP-SGD: SPEC Part VII §4
@@ -284,6 +286,18 @@ class Recorder:
         """The step this run resumed from (``None`` for a run started from step 0)."""
         return None if self._partial is None else int(self._partial.step)
 
+    @property
+    def device(self) -> torch.device:
+        """The job's device (``train.device``), where the user's model belongs before
+        :meth:`attach`: ``build_model(job).to(rec.device)``.
+
+        Raises:
+            BackendUnavailable: a CUDA job on a machine where torch sees no CUDA device (exit 4).
+        """
+        from dk.pol.torch_adapter import resolve_device
+
+        return resolve_device(self.job)
+
     # -- attach ------------------------------------------------------------------------
     def _check_model(self, model: torch.nn.Module) -> None:
         job = self.job
@@ -299,11 +313,12 @@ class Recorder:
                 f"missing {missing}, extra {extra}, "
                 f"shape/dtype differs {diff}"
             )
+        want_dev = self.device  # a CUDA job without CUDA: BackendUnavailable, not "move it"
         dev = next(iter(model.state_dict().values())).device
-        if dev.type != job.train.get("device", "cpu"):
+        if dev.type != want_dev.type:
             raise JobMismatch(
-                f"the model is on {dev.type}, the job trains on {job.train['device']} "
-                "(move it with model.to(...) before attach)"
+                f"the model is on {dev.type}, the job trains on {want_dev.type} "
+                "(move it with model.to(rec.device) before attach)"
             )
         state = model.state_dict()
         for name, value in initial_state(job).items():
@@ -571,6 +586,17 @@ class Recorder:
                     f"{self.job.train['schedule']} schedule says {want:.6g}"
                 )
             g["lr"] = want  # the replay's exact value
+
+    def _require_gradients(self) -> None:
+        """Refuse a step with no gradient at all: the loop never called ``backward()``, so
+        the user's optimizer would step on nothing while the replay steps on the job's loss."""
+        for p in self._params:
+            if p.grad is not None:
+                return
+        raise JobMismatch(
+            f"step {self.step}: optimizer.step() with no gradients; call loss.backward() on the "
+            f"job's {self.job.train.get('loss', '')} loss before optimizer.step()"
+        )
 
     def _clip_gradients(self) -> None:
         """The job's clipping (``torch_adapter.clip_gradients``: ``clip_grad_norm_`` with

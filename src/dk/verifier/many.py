@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dk.errors import FormatError
 from dk.verifier.report import Report
 from dk.verifier.verify import verify_bundle
 
@@ -20,9 +21,20 @@ if TYPE_CHECKING:
 
 
 def bundle_dirs(root: str | os.PathLike[str]) -> list[Path]:
-    """The bundles under ``root``: its sub-directories holding a ``manifest.json``, sorted."""
+    """The bundles under ``root``: its sub-directories holding a ``manifest.json``, sorted.
+
+    Raises:
+        FormatError: there is none (a run of zero verifications is a mistake, not a success;
+            ``root`` itself being one bundle is named in the message).
+    """
     base = Path(root)
-    return sorted(p for p in base.iterdir() if p.is_dir() and (p / "manifest.json").is_file())
+    found = sorted(p for p in base.iterdir() if p.is_dir() and (p / "manifest.json").is_file())
+    if not found:
+        hint = (
+            "; it is one bundle itself: use dk verify" if (base / "manifest.json").is_file() else ""
+        )
+        raise FormatError(f"no bundle under {base} (sub-directories holding manifest.json){hint}")
+    return found
 
 
 def _one(

@@ -516,3 +516,82 @@ def test_the_report_says_exact_on_torch_is_same_machine_only(folder: Path, tmp_p
     prove_run(tmp_path / "run", job, SigningKey(bytes(32)), tmp_path / "bundle")
     report = verify_bundle(tmp_path / "bundle", job, beacon=bytes(32), samples=1)
     assert report.ok and report.flags == ["same-machine-only"]
+
+
+def test_dk_export_onnx_runs_the_final_model(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`dk export --onnx` writes the final model (eval mode, batch dynamic) from the consumer's
+    job: onnxruntime on it gives the torch model's outputs on a batch size it was not traced
+    with; without the job, or with another job, one line and exit 3."""
+    pytest.importorskip("onnxscript")
+    ort = pytest.importorskip("onnxruntime")
+    from click.testing import CliRunner
+
+    from dk.cli.app import cli
+
+    job = _job(folder)
+    train_job(job, tmp_path / "run")
+    onnx_path, st = tmp_path / "m.onnx", tmp_path / "m.st"
+    args = ["export", str(tmp_path / "run"), "--out", str(st), "--onnx", str(onnx_path)]
+    r = CliRunner().invoke(cli, [*args, "--job", str(folder / "job.toml"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert '"dynamic_batch": true' in r.output
+    from safetensors.torch import load_file
+
+    model = build_model(job)
+    model.load_state_dict(load_file(str(st)))
+    model.eval()
+    x = np.random.default_rng(7).random((5, 1, 8, 8), dtype=np.float32)
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert not np.allclose(got, build_model(job).eval()(torch.from_numpy(x)).detach().numpy())
+
+    from dk.cli.app import main
+
+    other = folder / "other_seed"
+    other.mkdir(exist_ok=True)
+    for f in ("model.py", "digits.npz"):
+        (other / f).write_bytes((folder / f).read_bytes())
+    (other / "job.toml").write_text(job.to_toml().replace(f"seed = {job.seed}", "seed = 99"))
+    assert load_job(other / "job.toml").job_id != job.job_id
+    for extra, msg in (
+        ([], "needs the consumer's job"),
+        (["--job", str(other / "job.toml")], "was made for job"),
+    ):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as ei:
+            main([*args, *extra])
+        err = capsys.readouterr().err
+        assert ei.value.code == 3 and msg in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_step_without_backward_is_refused(folder: Path, tmp_path: Path) -> None:
+    """A loop that never calls backward() would step on nothing while the replay steps on the
+    job's loss: the Recorder refuses at the first step, naming it."""
+    job = _job(folder, mode="tolerant", augment=[], clip_norm=0.0, accumulation=1)
+    model = build_model(job)
+    opt = make_optimizer(job, model.parameters())
+    rec = Recorder(job, tmp_path / "run")
+    model, opt, loader = rec.attach(model=model, optimizer=opt, scheduler=make_scheduler(job, opt))
+    x, _ = next(iter(loader))
+    model(x)
+    with pytest.raises(JobMismatch, match=r"step 0: optimizer.step\(\) with no gradients"):
+        opt.step()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has CUDA")
+def test_a_cuda_job_without_cuda_is_exit_4_at_attach(folder: Path, tmp_path: Path) -> None:
+    """Not "move the model to cuda" (which cannot be done here): the backend is missing."""
+    job = _job(folder, mode="tolerant", device="cuda")
+    rec = Recorder(job, tmp_path / "run")
+    with pytest.raises(BackendUnavailable, match="no CUDA device") as ei:
+        rec.attach(
+            model=build_model(job), optimizer=make_optimizer(job, build_model(job).parameters())
+        )
+    assert ei.value.exit_code == 4
+    with pytest.raises(BackendUnavailable):
+        _ = rec.device
