@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     """All sections; ``python -m bench.bench_process verify`` runs start-up and the two
     verification runs' training and verification only (one k = 5 recording, no k = 50
     recording-overhead run)."""
-    args = sys.argv[1:] if argv is None else argv
+    args = argv or []  # `make bench` calls main() with none: the runner's own filter is not ours
     only_verify = "verify" in args
     reps = int(os.environ.get("DK_BENCH_REPS", "3"))
     steps = int(os.environ.get("DK_BENCH_STEPS", "10000"))
@@ -389,4 +389,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -44,6 +44,32 @@ def test_record_prove_verify(tmp_path: Path) -> None:
     report = ex.verifier(tmp_path, beacon=BEACON, samples=1000)
     assert report.ok, report.to_dict()
     assert report.challenged == [0, 1, 2]
+    _export_onnx_matches_torch(tmp_path, job)
+
+
+def _export_onnx_matches_torch(work: Path, job: object) -> None:
+    """`dk export --onnx` of the transformer (dk's seeded Dropout, token input): onnxruntime on
+    a batch size it was not traced with gives the eval-mode model's logits."""
+    pytest.importorskip("onnxscript")
+    ort = pytest.importorskip("onnxruntime")
+    import numpy as np
+    from safetensors.torch import load_file
+
+    from dk.pol import build_model
+    from dk.pol.export import export_weights
+
+    done = export_weights(
+        work / "bundle", work / "lm.st", onnx=work / "lm.onnx", job=work / "job.toml"
+    )
+    assert done["dynamic_batch"]
+    model = build_model(job)
+    model.load_state_dict(load_file(str(work / "lm.st")))
+    x = np.random.default_rng(3).integers(0, 256, size=(3, 16), dtype=np.int64)
+    with torch.no_grad():
+        want = model.eval()(torch.from_numpy(x)).numpy()
+    sess = ort.InferenceSession(str(work / "lm.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x})
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_dropout_masks_follow_the_job_seed_and_step(tmp_path: Path) -> None:

@@ -79,8 +79,10 @@ def export_weights(
 
     from dk.pol.run import atomic_write
 
-    if onnx is not None and job is None:
-        raise JobMismatch("--onnx needs the consumer's job (--job job.toml): the model's code")
+    if onnx is not None:
+        if job is None:
+            raise JobMismatch("--onnx needs the consumer's job (--job job.toml): the model's code")
+        _require_exporter()  # before anything is written
     src = Path(source)
     step, root, nbytes, job_id = _last_root(src)
     spec = None
@@ -111,6 +113,16 @@ def export_weights(
     return done
 
 
+def _require_exporter() -> None:
+    """torch.onnx's exporter needs onnx and onnxscript (extra ``dk-pol[onnx]``)."""
+    try:
+        import onnxscript  # noqa: F401
+    except ImportError:
+        raise BackendUnavailable(
+            "ONNX export needs onnx and onnxscript: pip install 'dk-pol[onnx]'"
+        ) from None
+
+
 def example_input(job: JobSpec, n: int = 2) -> Any:
     """The first ``n`` samples of the job's data as the model's input (a torch tensor)."""
     import numpy as np
@@ -130,12 +142,7 @@ def export_onnx(job: JobSpec, weights: dict[str, Any], out: Path) -> bool:
     Returns:
         whether the batch dimension is dynamic (else the graph is fixed to two samples).
     """
-    try:
-        import onnxscript  # noqa: F401  (torch.onnx's exporter needs it)
-    except ImportError:
-        raise BackendUnavailable(
-            "ONNX export needs onnx and onnxscript: pip install 'dk-pol[onnx]'"
-        ) from None
+    _require_exporter()
     import torch
 
     from dk.pol.models import build_fresh

@@ -595,3 +595,16 @@ def test_a_cuda_job_without_cuda_is_exit_4_at_attach(folder: Path, tmp_path: Pat
     assert ei.value.exit_code == 4
     with pytest.raises(BackendUnavailable):
         _ = rec.device
+
+
+def test_export_onnx_without_the_exporter_is_exit_4_before_writing(
+    folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from dk.pol.export import export_weights
+
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # import fails as if not installed
+    with pytest.raises(BackendUnavailable, match=r"dk-pol\[onnx\]") as ei:
+        export_weights(tmp_path, tmp_path / "w.st", onnx=tmp_path / "m.onnx", job=_job(folder))
+    assert ei.value.exit_code == 4 and not (tmp_path / "w.st").exists()
