@@ -108,48 +108,39 @@ def test_cuda_bf16_run_verified_on_cpu(tmp_path: Path, monkeypatch: pytest.Monke
     assert report.ok, report.to_dict()
 
 
-def test_script_refusal_is_one_line_and_exit_3(tmp_path: Path) -> None:
-    """A new user running the example at a size calibration refuses gets dk's one-line error
-    and exit code 3 (the code `dk job init` gives for it), not a traceback."""
+def _script(work: Path, *args: str) -> tuple[int, list[str]]:
+    """Run examples/tiny_lm/example.py WORK ARGS as a new user would: (exit code, stderr lines);
+    never a traceback."""
     import os
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[2]
-    script = root / "examples" / "tiny_lm" / "example.py"
-    args = ["--text-bytes", "8000", "--steps", "6", "--interval", "2"]
+    script = Path(__file__).resolve().parents[2] / "examples" / "tiny_lm" / "example.py"
     p = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "w"), *args],
+        [sys.executable, str(script), str(work), "--text-bytes", "8000", "--steps", "6",
+         "--interval", "2", *args],
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert p.returncode == 3, p.stderr
-    lines = p.stderr.strip().splitlines()
+    )  # fmt: skip
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, p.stderr.strip().splitlines()
+
+
+def test_script_refusal_is_one_line_and_exit_3(tmp_path: Path) -> None:
+    """A new user running the example at a size calibration refuses gets dk's one-line error
+    and exit code 3 (the code `dk job init` gives for it), not a traceback."""
+    code, lines = _script(tmp_path / "w")
+    assert code == 3, lines
     assert len(lines) == 1 and lines[0].startswith("error: refusing to recommend a tolerance")
-    assert "Traceback" not in p.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_script_cuda_without_cuda_is_one_line_and_exit_4(tmp_path: Path) -> None:
     """`--device cuda` on a CPU machine: the worker's first dk line says CUDA is missing (exit 4,
     a missing backend), not torch's traceback from `model.to("cuda")`; no run is left."""
-    import os
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
-    script = root / "examples" / "tiny_lm" / "example.py"
-    args = ["--text-bytes", "8000", "--steps", "6", "--interval", "2", "--tolerance", "0.5"]
-    p = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "w"), *args, "--device", "cuda"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert p.returncode == 4, p.stderr
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and "no CUDA device" in lines[0], p.stderr
+    code, lines = _script(tmp_path / "w", "--tolerance", "0.5", "--device", "cuda")
+    assert code == 4, lines
+    assert len(lines) == 1 and "no CUDA device" in lines[0], lines
     assert not (tmp_path / "w" / "run" / "run.json").exists()
