@@ -161,8 +161,8 @@ UNTRACEABLE = (
 def test_export_onnx_of_a_model_that_does_not_export(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A forward that branches on data cannot be traced: one line, exit 3, and the safetensors
-    weights are still written (no ONNX file, no temporary left)."""
+    """A forward that branches on data cannot be traced: one line, exit 3, and nothing written
+    (neither file, no staging directory left); without --onnx the weights export."""
     pytest.importorskip("onnxscript")
     d = _dir(tmp_path, model=UNTRACEABLE)
     assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
@@ -170,5 +170,65 @@ def test_export_onnx_of_a_model_that_does_not_export(
     out = ["--out", str(d / "w.st"), "--onnx", str(d / "m.onnx"), "--job", str(d / "job.toml")]
     code, err = _dk(["export", str(d / "run"), *out], capsys)
     assert code == 3 and "cannot export this job's model" in err
-    assert (d / "w.st").is_file()
-    assert not (d / "m.onnx").exists() and not (d / "m.onnx.tmp").exists()
+    assert sorted(p.name for p in d.iterdir()) == [
+        "digits.npz", "draft.toml", "job.toml", "model.py", "run"
+    ]  # fmt: skip
+    assert main_ok(["export", str(d / "run"), "--out", str(d / "w.st")])
+
+
+BATCH_SPECIFIC = (
+    "import torch\n"
+    "class M(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.lin = torch.nn.Linear(64, 10)\n"
+    "    def forward(self, x):\n"
+    "        return self.lin(x) * 100.0 if int(x.shape[0]) == 2 else self.lin(x)\n"
+    "def build():\n"
+    "    return M()\n"
+)
+
+
+def test_export_onnx_of_a_model_that_specialises_on_the_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The exporter writes a fixed-batch graph for a model that branches on the batch size
+    without raising: dk reads the graph, says so, and exports the graph of one sample (the
+    branch a one-sample inference takes), not the traced batch of 2's."""
+    pytest.importorskip("onnxscript")
+    ort = pytest.importorskip("onnxruntime")
+    import json
+
+    from safetensors.torch import load_file
+
+    from dk.pol import build_model, load_job
+
+    d = _dir(tmp_path, model=BATCH_SPECIFIC)
+    assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
+    assert main_ok(["train", str(d / "job.toml"), "--out", str(d / "run")])
+    out = ["--out", str(d / "w.st"), "--onnx", str(d / "m.onnx"), "--job", str(d / "job.toml")]
+    capsys.readouterr()
+    assert main_ok(["export", str(d / "run"), *out, "--json"])
+    done = json.loads(capsys.readouterr().out)
+    assert done["dynamic_batch"] is False and done["batch"] == 1
+    model = build_model(load_job(d / "job.toml"))
+    model.load_state_dict(load_file(str(d / "w.st")))
+    x = np.random.default_rng(5).random((1, 64), dtype=np.float32)
+    sess = ort.InferenceSession(str(d / "m.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = sess.run(None, {sess.get_inputs()[0].name: x})
+    np.testing.assert_allclose(got, model(torch.from_numpy(x)).detach().numpy(), rtol=1e-5)
+
+
+def test_export_onnx_without_the_jobs_data(
+    job_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trace needs samples of the job's data: a consumer without them is told so, and
+    nothing is written."""
+    pytest.importorskip("onnxscript")
+    d = job_dir
+    assert main_ok(["train", str(d / "job.toml"), "--out", str(d / "run")])
+    (d / "digits.npz").rename(d / "elsewhere.npz")
+    out = ["--out", str(d / "w.st"), "--onnx", str(d / "m.onnx"), "--job", str(d / "job.toml")]
+    code, err = _dk(["export", str(d / "run"), *out], capsys)
+    assert code == 3 and "traces the model on samples of the job's data" in err
+    assert not (d / "w.st").exists() and not (d / "m.onnx").exists()

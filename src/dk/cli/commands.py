@@ -612,8 +612,9 @@ def verify_many_cmd(
 
     Exit 0 if every bundle is accepted, 1 if any is rejected, else 5 if any is inconclusive.
     """
-    from dk.verifier.many import summary, verify_many
+    from dk.verifier.many import bundle_dirs, summary, verify_many
 
+    bundle_dirs(bundles)  # no bundle: one line before Ray starts
     executor = _executor(ray_address)
     results = verify_many(bundles, job_file, executor=executor, beacon=beacon, samples=samples)
     s = summary(results)
@@ -755,11 +756,15 @@ def export(
     """Write the final model weights and buffers of SOURCE (a run or a bundle) to OUT.
 
     With --onnx, also the final model in eval mode as ONNX, built from the job's model (never
-    from anything in SOURCE) on two samples of the job's data, batch dimension dynamic where the
-    model allows it.
+    from anything in SOURCE) and traced on samples of the job's data, batch dimension dynamic
+    where the model allows it. Both files or neither: any failure writes nothing.
     """
     from dk.pol.export import export_weights
 
+    if onnx_out is not None and job_file is None:
+        raise click.UsageError("--onnx needs --job (the consumer's job.toml: the model's code)")
+    if onnx_out is not None and Path(onnx_out).resolve() == Path(out).resolve():
+        raise click.UsageError("--out and --onnx name the same file")
     done = export_weights(source, out, onnx=onnx_out, job=job_file)
     if as_json:
         app.emit_json(done)
@@ -770,7 +775,7 @@ def export(
         markup=False,
     )
     if onnx_out is not None:
-        batch = "dynamic batch" if done["dynamic_batch"] else "batch fixed to 2"
+        batch = "dynamic batch" if done["dynamic_batch"] else f"batch fixed to {done['batch']}"
         app.print(f"wrote {onnx_out}: the final model as ONNX ({batch})", markup=False)
 
 

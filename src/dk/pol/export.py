@@ -10,15 +10,21 @@ consumer's job (registry, model file or entry point, checked as for training), w
 ``job_id`` must be the run's. The model gets the final weights, is put in eval mode (dropout
 off, BatchNorm on its running statistics) and is exported by ``torch.onnx.export`` (torch's
 ``torch.export``-based exporter, extra ``dk-pol[onnx]``) on two samples of the job's data,
-with the batch dimension dynamic where the model allows it. A model the exporter cannot
-trace gives :class:`~dk.errors.ExportFailed` (one line, exit 3) after the safetensors file is
-written.
+with the batch dimension dynamic where the model allows it (checked in the graph written:
+a model that specialises on the batch size is exported for one sample instead, and the result
+says so). Everything that can fail (the job, the checkpoint, the exporter, the model, the data,
+the trace) is done before anything is written, and the ONNX file (with its external weights
+file above ONNX's 2 GB limit) is moved into place beside the safetensors file only after it:
+a failure leaves neither. A model the exporter cannot trace gives
+:class:`~dk.errors.ExportFailed` (one line, exit 3; without ``--onnx`` the weights export).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,26 +69,36 @@ def export_weights(
     job: JobSpec | str | Path | None = None,
 ) -> dict[str, Any]:
     """Write the final ``model/*`` tensors of ``source`` (run or bundle) to ``out``, and, given
-    ``onnx`` and the consumer's ``job``, the final model as ONNX to ``onnx``.
+    ``onnx`` and the consumer's ``job``, the final model as ONNX to ``onnx``: both or neither.
 
     Returns:
-        ``{"step", "root", "tensors", "out"}`` of what was written, plus ``"onnx"`` and
-        ``"dynamic_batch"`` for an ONNX export.
+        ``{"step", "root", "tensors", "out"}`` of what was written, plus ``"onnx"``,
+        ``"dynamic_batch"`` and ``"batch"`` (the fixed batch size, ``None`` when dynamic) for an
+        ONNX export.
 
     Raises:
-        FormatError: no run or bundle, an incomplete run, or a blob that is not its root's.
+        FormatError: no run or bundle, an incomplete run, a blob that is not its root's, an
+            output whose directory does not exist, the same path for both outputs, or job
+            data that cannot be read for the trace.
         JobMismatch: ``job`` is not the job the run or bundle was made for.
         BackendUnavailable: the ONNX exporter (extra ``dk-pol[onnx]``) is not installed.
-        ExportFailed: torch's exporter could not export this model (the weights are written).
+        ExportFailed: torch's exporter could not export this model.
     """
     from safetensors.numpy import save
 
     from dk.pol.run import atomic_write
 
-    if onnx is not None:
+    out = Path(out)
+    onnx_out = None if onnx is None else Path(onnx)
+    if onnx_out is not None:
         if job is None:
             raise JobMismatch("--onnx needs the consumer's job (--job job.toml): the model's code")
-        _require_exporter()  # before anything is written
+        if onnx_out.resolve() == out.resolve():
+            raise FormatError(f"--out and --onnx are the same file ({out})")
+        _require_exporter()
+    for path in (out, onnx_out):
+        if path is not None and not path.resolve().parent.is_dir():
+            raise FormatError(f"cannot write {path}: no directory {path.parent}")
     src = Path(source)
     step, root, nbytes, job_id = _last_root(src)
     spec = None
@@ -103,13 +119,22 @@ def export_weights(
             f"{blob_name(root)} does not hash to its committed root", reason="COMMITMENT_MISMATCH"
         )
     weights = {k: v.reshape(v.shape) for k, v in model_tensors(tensors).items()}
-    atomic_write(Path(out), save(weights))
     done: dict[str, Any] = {"step": step, "root": root.hex(), "tensors": len(weights)}
     done["out"] = str(out)
-    if onnx is not None:
-        assert spec is not None
-        done["onnx"] = str(onnx)
-        done["dynamic_batch"] = export_onnx(spec, weights, Path(onnx))
+    if onnx_out is None:
+        atomic_write(out, save(weights))
+        return done
+    assert spec is not None
+    staging = Path(tempfile.mkdtemp(prefix=".dk-onnx-", dir=onnx_out.resolve().parent))
+    try:
+        batch = export_onnx(spec, weights, staging / onnx_out.name)
+        atomic_write(out, save(weights))
+        files = sorted(staging.iterdir(), key=lambda f: f.name == onnx_out.name)  # graph last
+        for f in files:
+            os.replace(f, onnx_out.resolve().parent / f.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    done.update(onnx=str(onnx_out), dynamic_batch=batch is None, batch=batch)
     return done
 
 
@@ -124,23 +149,35 @@ def _require_exporter() -> None:
 
 
 def example_input(job: JobSpec, n: int = 2) -> Any:
-    """The first ``n`` samples of the job's data as the model's input (a torch tensor)."""
+    """The first ``n`` samples of the job's data as the model's input (a torch tensor).
+
+    Raises:
+        FormatError: the job's data cannot be read here (the message says why it is needed).
+    """
     import numpy as np
     import torch
 
+    from dk.errors import DkError
     from dk.pol.data import load_dataset
     from dk.pol.torch_adapter import batch_arrays
 
-    ds = load_dataset(job)
-    x, _ = batch_arrays(ds, np.arange(min(n, len(ds)), dtype=np.int64))
+    try:
+        ds = load_dataset(job)
+        x, _ = batch_arrays(ds, np.arange(min(n, len(ds)), dtype=np.int64))
+    except (DkError, OSError) as e:
+        raise FormatError(f"--onnx traces the model on samples of the job's data: {e}") from None
     return torch.from_numpy(np.ascontiguousarray(x))
 
 
-def export_onnx(job: JobSpec, weights: dict[str, Any], out: Path) -> bool:
+def export_onnx(job: JobSpec, weights: dict[str, Any], out: Path) -> int | None:
     """Export the job's model holding ``weights`` (state-dict names) as ONNX to ``out``.
 
+    First with the batch dimension dynamic (traced on two samples); if the exporter refuses, or
+    the graph it wrote fixes the batch anyway (a model that branches on the batch size), again
+    for one sample.
+
     Returns:
-        whether the batch dimension is dynamic (else the graph is fixed to two samples).
+        ``None`` when the batch dimension is dynamic, else the batch size the graph is fixed to.
     """
     _require_exporter()
     import torch
@@ -159,16 +196,18 @@ def export_onnx(job: JobSpec, weights: dict[str, Any], out: Path) -> bool:
         errors = []
         for dynamic in (True, False):
             try:
-                program = _quiet_export(model, x, dynamic)
+                program = _quiet_export(model, x if dynamic else x[:1], dynamic)
             except Exception as e:  # torch's exporter raises many kinds: one line each
                 while e.__cause__ is not None:  # the exporter wraps the tracer's own error
                     e = e.__cause__  # type: ignore[assignment]
                 errors.append(f"{type(e).__name__}: {(str(e).strip() or '?').splitlines()[0]}")
                 continue
-            tmp = out.with_name(out.name + ".tmp")
-            program.save(tmp)  # weights inside, or beside it above ONNX's 2 GB limit
-            os.replace(tmp, out)
-            return dynamic
+            first = program.model.graph.inputs[0].shape[0]
+            if dynamic and isinstance(first, int):  # specialised on the traced batch size
+                errors.append(f"the graph fixes the batch size to {first}")
+                continue
+            program.save(out)  # weights inside, or beside it above ONNX's 2 GB limit
+            return None if dynamic else 1
     finally:
         log.setLevel(level)
     raise ExportFailed(f"torch.onnx cannot export this job's model: {errors[-1][:300]}")

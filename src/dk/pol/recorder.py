@@ -595,7 +595,7 @@ class Recorder:
                 return
         raise JobMismatch(
             f"step {self.step}: optimizer.step() with no gradients; call loss.backward() on the "
-            f"job's {self.job.train.get('loss', '')} loss before optimizer.step()"
+            "job's loss before optimizer.step()"
         )
 
     def _clip_gradients(self) -> None:

@@ -523,7 +523,8 @@ def test_dk_export_onnx_runs_the_final_model(
 ) -> None:
     """`dk export --onnx` writes the final model (eval mode, batch dynamic) from the consumer's
     job: onnxruntime on it gives the torch model's outputs on a batch size it was not traced
-    with; without the job, or with another job, one line and exit 3."""
+    with. Without the job or with one path for both: usage, exit 2; another job, or no such
+    directory: one line, exit 3; nothing written."""
     pytest.importorskip("onnxscript")
     ort = pytest.importorskip("onnxruntime")
     from click.testing import CliRunner
@@ -558,15 +559,20 @@ def test_dk_export_onnx_runs_the_final_model(
         (other / f).write_bytes((folder / f).read_bytes())
     (other / "job.toml").write_text(job.to_toml().replace(f"seed = {job.seed}", "seed = 99"))
     assert load_job(other / "job.toml").job_id != job.job_id
-    for extra, msg in (
-        ([], "needs the consumer's job"),
-        (["--job", str(other / "job.toml")], "was made for job"),
+    bad = ["export", str(tmp_path / "run"), "--out", str(tmp_path / "x.st")]
+    for extra, msg, code in (
+        (["--onnx", str(tmp_path / "x.onnx")], "--onnx needs --job", 2),
+        (["--onnx", str(tmp_path / "x.st"), "--job", str(folder / "job.toml")], "same file", 2),
+        (["--onnx", str(tmp_path / "x.onnx"), "--job", str(other / "job.toml")], "made for", 3),
+        (["--onnx", str(tmp_path / "no" / "x.onnx"), "--job", str(folder / "job.toml")], "no d", 3),
     ):
         capsys.readouterr()
         with pytest.raises(SystemExit) as ei:
-            main([*args, *extra])
+            main([*bad, *extra])
         err = capsys.readouterr().err
-        assert ei.value.code == 3 and msg in err and len(err.strip().splitlines()) == 1, err
+        lines = err.strip().splitlines()  # a usage error is click's usage, then the line
+        assert ei.value.code == code and msg in lines[-1] and (code == 2 or len(lines) == 1), err
+        assert not (tmp_path / "x.st").exists() and not (tmp_path / "x.onnx").exists()
 
 
 def test_a_step_without_backward_is_refused(folder: Path, tmp_path: Path) -> None:
@@ -604,7 +610,10 @@ def test_export_onnx_without_the_exporter_is_exit_4_before_writing(
 
     from dk.pol.export import export_weights
 
+    job = _job(folder)
+    train_job(job, tmp_path / "run")
+    export_weights(tmp_path / "run", tmp_path / "ok.st")  # the weights alone need no exporter
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # import fails as if not installed
     with pytest.raises(BackendUnavailable, match=r"dk-pol\[onnx\]") as ei:
-        export_weights(tmp_path, tmp_path / "w.st", onnx=tmp_path / "m.onnx", job=_job(folder))
+        export_weights(tmp_path / "run", tmp_path / "w.st", onnx=tmp_path / "m.onnx", job=job)
     assert ei.value.exit_code == 4 and not (tmp_path / "w.st").exists()
