@@ -128,7 +128,7 @@ def job() -> None:
     help="Complete a hand-written draft job.toml (model files, schedules, data kinds, ...).",
 )
 @click.option("--force", is_flag=True, help="Overwrite OUT if it exists.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for machines).")
 @click.pass_obj
 def job_init(
     app: App,
@@ -215,7 +215,7 @@ def job_init(
 
 @job.command("show", short_help="Print a job and its job_id")
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for machines).")
 @click.pass_obj
 def job_show(app: App, job_file: str, as_json: bool) -> None:
     """Validate JOB_FILE and print its normal form and job_id."""
@@ -269,7 +269,7 @@ def _zk_init_extra() -> Any:
     show_default=True,
     help="Continue an interrupted run in OUT from its last committed checkpoint.",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for machines).")
 @click.pass_obj
 def train(
     app: App,
@@ -373,7 +373,7 @@ def _render_trained(app: App, out: str, info: Any, as_json: bool) -> None:
     help="challenge.json from `dk challenge`: add zk proofs for exactly those intervals.",
 )
 @click.option("--zk", is_flag=True, help="With --respond: prove the challenged steps with EZKL.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for machines).")
 @click.pass_obj
 def prove(
     app: App,
@@ -664,7 +664,7 @@ def verify_many_cmd(
     "computes [default: on for tolerant jobs].",
 )
 @click.option("--force", is_flag=True, help="Recommend even if a cheat lands inside.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for machines).")
 @click.pass_obj
 def calibrate(
     app: App,
@@ -748,7 +748,7 @@ def calibrate(
     type=click.Path(exists=True, dir_okay=False),
     help="The consumer's job.toml: the model's code for --onnx (must be SOURCE's job).",
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for machines).")
 @click.pass_obj
 def export(
     app: App, source: str, out: str, onnx_out: str | None, job_file: str | None, as_json: bool
@@ -786,7 +786,7 @@ def vectors() -> None:
 
 @vectors.command("check", short_help="Re-derive every vector")
 @click.argument("directory", default="vectors", type=click.Path())
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for machines).")
 @click.pass_obj
 def vectors_check(app: App, directory: str, as_json: bool) -> None:
     """Re-derive every case under DIRECTORY with this installation; exit 1 on any mismatch."""
@@ -819,7 +819,7 @@ def vectors_check(app: App, directory: str, as_json: bool) -> None:
 @click.option(
     "--out", required=True, type=click.Path(dir_okay=False), help="challenge.json to write."
 )
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for machines).")
 @click.pass_obj
 def challenge(
     app: App,
