@@ -64,7 +64,12 @@ def job() -> None:
 
 @job.command("init", short_help="Write a job.toml")
 @click.option(
-    "--model", "arch", type=click.Choice(["linear", "mlp", "cnn"]), default="mlp", show_default=True
+    "--model",
+    "arch",
+    type=click.Choice(["linear", "mlp", "cnn"]),
+    default="mlp",
+    show_default=True,
+    help="Built-in model architecture (SPEC §9.1).",
 )
 @click.option(
     "--hidden", default="64", show_default=True, help="MLP hidden widths, comma-separated."
@@ -77,7 +82,13 @@ def job() -> None:
     help="exact: bitwise replay; tolerant: distance within --tolerance; "
     "zk: EZKL proofs of challenged steps.",
 )
-@click.option("--steps", type=click.IntRange(1), default=300, show_default=True)
+@click.option(
+    "--steps",
+    type=click.IntRange(1),
+    default=300,
+    show_default=True,
+    help="Training steps (one optimizer update each).",
+)
 @click.option(
     "--interval",
     type=click.IntRange(1),
@@ -85,15 +96,30 @@ def job() -> None:
     show_default=True,
     help="Checkpoint every K steps.",
 )
-@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True)
-@click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default="sgd", show_default=True)
+@click.option(
+    "--seed",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="The job's seed: fixes the initial weights, the batch order and each step's randomness.",
+)
+@click.option(
+    "--batch-size", type=click.IntRange(1), default=32, show_default=True, help="Samples per step."
+)
+@click.option(
+    "--optimizer",
+    type=click.Choice(["sgd", "adam"]),
+    default="sgd",
+    show_default=True,
+    help="sgd (momentum 0.9; none in zk mode) or adam.",
+)
 @click.option("--lr", type=float, default=None, help="Learning rate [sgd 0.05, adam 0.001].")
 @click.option(
     "--loss",
     type=click.Choice(["cross_entropy", "mse"]),
     default="cross_entropy",
     show_default=True,
+    help="cross_entropy (softmax, mean) or mse (mean; one-hot targets for labels).",
 )
 @click.option(
     "--dataset",
@@ -356,7 +382,13 @@ def _render_trained(app: App, out: str, info: Any, as_json: bool) -> None:
 
 @click.command(short_help="Sign a run into a proof bundle")
 @click.argument("run", type=click.Path(exists=True, file_okay=False))
-@click.option("--job", "job_file", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--job",
+    "job_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The job.toml RUN was trained for (its job_id must match).",
+)
 @click.option(
     "--key",
     required=True,
@@ -461,7 +493,13 @@ def _executor(ray_address: str | None) -> Any:
 
 @click.command(short_help="Verify a proof bundle")
 @click.argument("bundle", type=click.Path())
-@click.option("--job", "job_file", required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--job",
+    "job_file",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The consumer's job.toml (the job the bundle must be for).",
+)
 @challenge_options
 @click.option(
     "--challenge",
@@ -587,7 +625,13 @@ def _plot_after_verify(app: App, bundle: str, plot_file: str, report: dict[str, 
 
 @click.command("verify-many", short_help="Verify a directory of bundles (one report each)")
 @click.argument("bundles", type=click.Path(exists=True, file_okay=False))
-@click.option("--job", "job_file", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--job",
+    "job_file",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The consumer's job.toml (the job every bundle must be for).",
+)
 @click.option("--beacon", callback=_hex32, default=None, help=f"One beacon ({_HEX32}) for all.")
 @click.option("--samples", type=click.IntRange(0), default=None, help="Uniform samples s.")
 @click.option(
@@ -814,7 +858,13 @@ def vectors_check(app: App, directory: str, as_json: bool) -> None:
 
 @click.command(short_help="Derive the challenge for a committed bundle")
 @click.argument("bundle", type=click.Path())
-@click.option("--job", "job_file", required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--job",
+    "job_file",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="The consumer's job.toml (the job the bundle must be for).",
+)
 @challenge_options
 @click.option(
     "--out", required=True, type=click.Path(dir_okay=False), help="challenge.json to write."

@@ -14,7 +14,14 @@ def compress() -> None:
 
 
 @compress.command(short_help="Check that the fast kernels agree with their references")
-@click.option("--size", "n", type=click.IntRange(1, 50_000_000), default=100_003, show_default=True)
+@click.option(
+    "--size",
+    "n",
+    type=click.IntRange(1, 50_000_000),
+    default=100_003,
+    show_default=True,
+    help="Float32 elements in each kernel's random test input.",
+)
 @click.option("--cuda/--no-cuda", default=None, help="Also check CUDA kernels (default: if a GPU).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 @click.pass_obj
@@ -43,7 +50,13 @@ def check(app: App, n: int, cuda: bool | None, as_json: bool) -> None:
     show_default=True,
     help="Float32 elements.",
 )
-@click.option("--repeats", type=click.IntRange(1, 100), default=3, show_default=True)
+@click.option(
+    "--repeats",
+    type=click.IntRange(1, 100),
+    default=3,
+    show_default=True,
+    help="Timed runs per kernel (the fastest counts).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 @click.pass_obj
 def bench(app: App, n: int, repeats: int, as_json: bool) -> None:

@@ -18,19 +18,38 @@ def fl() -> None:
 
 @fl.command(short_help="Run federated rounds of a job on this machine")
 @click.argument("job", type=click.Path(exists=True, dir_okay=False))
-@click.option("--clients", type=click.IntRange(2, 64), default=4, show_default=True)
-@click.option("--rounds", type=click.IntRange(1, 1000), default=3, show_default=True)
+@click.option(
+    "--clients",
+    type=click.IntRange(2, 64),
+    default=4,
+    show_default=True,
+    help="Clients, each training on its own shard of JOB's data.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(1, 1000),
+    default=3,
+    show_default=True,
+    help="Federated rounds to run.",
+)
 @click.option(
     "--aggregator",
     type=click.Choice(["fedavg", "median", "trimmed_mean", "krum", "multikrum", "fltrust"]),
     default="fedavg",
     show_default=True,
+    help="Rule that combines the verified updates (trimmed_mean, krum, multikrum use --f).",
 )
 @click.option(
     "--f", "f", type=click.IntRange(0, 63), default=0, help="Malicious clients tolerated."
 )
 @click.option("--lazy", type=click.IntRange(0, 64), default=0, help="Clients that stop training.")
-@click.option("--engine", type=click.Choice(["ray", "grpc"]), default="ray", show_default=True)
+@click.option(
+    "--engine",
+    type=click.Choice(["ray", "grpc"]),
+    default="ray",
+    show_default=True,
+    help="ray: a Flower simulation; grpc: separate processes on 127.0.0.1.",
+)
 @click.option("--samples", type=click.IntRange(1, 10_000), default=None, help="Intervals replayed.")
 @click.option(
     "--secagg",
@@ -41,7 +60,13 @@ def fl() -> None:
 )
 @click.option("--degree", type=click.IntRange(1, 63), default=None, help="SecAgg+ graph degree.")
 @click.option("--threshold", type=click.IntRange(2, 64), default=None, help="Shamir threshold t.")
-@click.option("--workdir", type=click.Path(file_okay=False), default="fl-run", show_default=True)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    default="fl-run",
+    show_default=True,
+    help="Directory for the shards, keys, runs and reports.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report.")
 @click.pass_obj
 def run(

@@ -156,9 +156,28 @@ def market() -> None:
     show_default=True,
     help="Default challenge window (s).",
 )
-@click.option("--samples", type=click.IntRange(0), default=2, show_default=True)
-@click.option("--topq", type=click.IntRange(0), default=1, show_default=True)
-@click.option("--min-bond", type=click.IntRange(1), default=1, show_default=True)
+@click.option(
+    "--samples",
+    type=click.IntRange(0),
+    default=2,
+    show_default=True,
+    help="Fewest uniformly sampled intervals a verification replays (floor of the economic "
+    "default, SPEC V §10).",
+)
+@click.option(
+    "--topq",
+    type=click.IntRange(0),
+    default=1,
+    show_default=True,
+    help="Default largest-update intervals per epoch a verification adds.",
+)
+@click.option(
+    "--min-bond",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Smallest bond a challenger must post.",
+)
 @click.option(
     "--n",
     type=click.IntRange(1, 64),
@@ -166,7 +185,13 @@ def market() -> None:
     show_default=True,
     help="Default validators drawn per order (raised to --k if smaller).",
 )
-@click.option("--min-validator-stake", type=click.IntRange(1), default=100, show_default=True)
+@click.option(
+    "--min-validator-stake",
+    type=click.IntRange(1),
+    default=100,
+    show_default=True,
+    help="Stake a validator must lock to register and to be drawn.",
+)
 @click.option(
     "--share-timeout",
     type=click.IntRange(0),
@@ -237,20 +262,42 @@ def transfer(db: str, now: int | None, keyfile: str, to: str, amount: int) -> di
 
 @market.command(short_help="Place an order (locks the payment and the verification fee)")
 @KEY
-@click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--job",
+    "job_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The job.toml to order (the order records its job_id).",
+)
 @click.option(
     "--max-price",
     type=click.IntRange(1),
     default=None,
     help="The most the worker is paid (default with --gflop-price: the training's work).",
 )
-@click.option("--min-stake", type=click.IntRange(0), default=0, show_default=True)
+@click.option(
+    "--min-stake",
+    type=click.IntRange(0),
+    default=0,
+    show_default=True,
+    help="Least per-job stake a bid must lock to match.",
+)
 @click.option(
     "--deadline", type=click.IntRange(1), required=True, help="Seconds from the market's now."
 )
 @click.option("--tag", "tag", multiple=True, help="Condition KEY=VALUE (repeatable).")
-@click.option("--k", type=click.IntRange(1, 64), default=None)
-@click.option("--window", type=click.IntRange(0), default=None)
+@click.option(
+    "--k",
+    type=click.IntRange(1, 64),
+    default=None,
+    help="Validator attestations acceptance needs (default: the market's).",
+)
+@click.option(
+    "--window",
+    type=click.IntRange(0),
+    default=None,
+    help="Challenge window after acceptance, in seconds (default: the market's).",
+)
 @click.option(
     "--profiles",
     type=click.IntRange(0, 64),
@@ -336,8 +383,20 @@ def order(
 
 @market.command(short_help="Place a bid (locks the stake)")
 @KEY
-@click.option("--price", type=click.IntRange(1), required=True)
-@click.option("--capacity", type=click.IntRange(1), default=1, show_default=True)
+@click.option(
+    "--price",
+    type=click.IntRange(1),
+    required=True,
+    help="Price per job, paid to the worker on release (matches orders whose --max-price is "
+    "at least this).",
+)
+@click.option(
+    "--capacity",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Jobs this bid can be matched to (the stake is locked for each).",
+)
 @click.option("--stake", type=click.IntRange(0), default=0, show_default=True, help="Per job.")
 @click.option("--tag", "tag", multiple=True, help="Offer KEY=VALUE (repeatable).")
 @_common
@@ -478,7 +537,13 @@ class _Explained(dict):  # type: ignore[type-arg]
 
 
 @market.command(short_help="Free balance of an account")
-@click.option("--key", "keyfile", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option(
+    "--key",
+    "keyfile",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="The account's Ed25519 secret key file (or give --account).",
+)
 @click.option("--account", default=None, help="Public key (64 hex) instead of --key.")
 @_common
 def balance(db: str, now: int | None, keyfile: str | None, account: str | None) -> dict[str, Any]:
@@ -521,7 +586,13 @@ def submit(db: str, now: int | None, keyfile: str, order_id: str, bundle: str) -
 @market.command("verify", short_help="Run the market's verification of a result")
 @click.argument("order_id")
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
-@click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--job",
+    "job_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The order's job.toml (refused with JOB_MISMATCH if it is another job).",
+)
 @_common
 def verify_cmd(
     db: str, now: int | None, order_id: str, bundle: str, job_path: str
@@ -548,7 +619,13 @@ def bls_keygen(db: str, now: int | None, path: str) -> dict[str, Any]:
 
 @market.command("register-validator", short_help="Register as a validator (locks a stake)")
 @KEY
-@click.option("--bls-key", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--bls-key",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Your BLS secret key file (dk market bls-keygen), registered with its proof of "
+    "possession.",
+)
 @click.option(
     "--stake", type=click.IntRange(1), default=None, help="Default: the market's minimum."
 )
@@ -575,7 +652,12 @@ def unregister_validator(db: str, now: int | None, keyfile: str) -> dict[str, An
 
 @market.command(short_help="Post your beacon share for an order you were drawn for")
 @KEY
-@click.option("--bls-key", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--bls-key",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The BLS secret key file registered for your validator account.",
+)
 @click.argument("order_id")
 @_common
 def share(db: str, now: int | None, keyfile: str, bls_key: str, order_id: str) -> dict[str, Any]:
@@ -598,8 +680,19 @@ def redraw(db: str, now: int | None, order_id: str) -> dict[str, Any]:
 
 @market.command(short_help="Verify a result yourself and attest it")
 @KEY
-@click.option("--bls-key", required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--bls-key",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The BLS secret key file registered for your validator account.",
+)
+@click.option(
+    "--job",
+    "job_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The order's job.toml, to verify BUNDLE against.",
+)
 @click.argument("order_id")
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
 @_common
@@ -638,7 +731,13 @@ def attest(
     default=None,
     help="Run `dk calibrate` on this job now (the order's job) and post what it measures.",
 )
-@click.option("--intervals", type=click.IntRange(1), default=2, show_default=True)
+@click.option(
+    "--intervals",
+    type=click.IntRange(1),
+    default=2,
+    show_default=True,
+    help="With --job: first intervals to train and replay (as `dk calibrate --intervals`).",
+)
 @_common
 def profile(
     db: str,
@@ -668,7 +767,13 @@ def profile(
 @market.command(short_help="Re-run an order's attested verification with its beacon")
 @click.argument("order_id")
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
-@click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--job",
+    "job_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The order's job.toml, to verify BUNDLE against.",
+)
 @_common
 def recheck(db: str, now: int | None, order_id: str, bundle: str, job_path: str) -> Any:
     """Verify BUNDLE as ORDER_ID's validators did (recorded beacon, policy, tolerance) and
@@ -682,7 +787,12 @@ def recheck(db: str, now: int | None, order_id: str, bundle: str, job_path: str)
 @market.command(short_help="Whistle on an accepted order's attestations (posts a deposit)")
 @KEY
 @click.argument("order_id")
-@click.option("--deposit", type=click.IntRange(1), required=True)
+@click.option(
+    "--deposit",
+    type=click.IntRange(1),
+    required=True,
+    help="Deposit to post: returned if the whistle is true, forfeited to the treasury if false.",
+)
 @click.option("--interval", type=click.IntRange(0), default=None, help="A challenged interval.")
 @click.option(
     "--bundle",
@@ -690,7 +800,13 @@ def recheck(db: str, now: int | None, order_id: str, bundle: str, job_path: str)
     default=None,
     help="Re-check this (the committed) bundle and whistle on the first failing interval.",
 )
-@click.option("--job", "job_path", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option(
+    "--job",
+    "job_path",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="With --bundle: the order's job.toml, to re-check the bundle against.",
+)
 @_common
 def whistle(
     db: str,
@@ -724,7 +840,13 @@ def whistle(
 @market.command("resolve-whistle", short_help="Decide a whistle by replay")
 @click.argument("whistle_id")
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
-@click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--job",
+    "job_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The order's job.toml (refused with JOB_MISMATCH if it is another job).",
+)
 @_common
 def resolve_whistle(
     db: str, now: int | None, whistle_id: str, bundle: str, job_path: str
@@ -754,7 +876,12 @@ def accept(db: str, now: int | None, order_id: str) -> dict[str, Any]:
 @market.command(short_help="Challenge an accepted result (posts a bond)")
 @KEY
 @click.argument("order_id")
-@click.option("--bond", type=click.IntRange(1), required=True)
+@click.option(
+    "--bond",
+    type=click.IntRange(1),
+    required=True,
+    help="Bond to post: returned if the challenge is upheld, paid to the worker if it fails.",
+)
 @click.option("--interval", type=click.IntRange(0), default=None, help="Disputed interval.")
 @click.option(
     "--counter",
@@ -788,7 +915,13 @@ def challenge(
 @market.command(short_help="Decide a challenge by replay")
 @click.argument("challenge_id")
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
-@click.option("--job", "job_path", required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--job",
+    "job_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="The order's job.toml (refused with JOB_MISMATCH if it is another job).",
+)
 @_common
 def resolve(
     db: str, now: int | None, challenge_id: str, bundle: str, job_path: str
@@ -830,7 +963,13 @@ def audit(db: str, now: int | None, no_bls: bool) -> dict[str, Any]:
     help="Ledger file (SQLite) or postgresql://… URL.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="TCP port to listen on (0 picks a free one).",
+)
 @click.option(
     "--state-dir",
     type=click.Path(file_okay=False),
