@@ -28,6 +28,15 @@ def test_finetune_from_init_safetensors(tmp_path: Path) -> None:
     init = load_file(str(tmp_path / "init.safetensors"))
     assert all((ck0[f"model/{k}"] == v).all() for k, v in init.items())
     assert ex.verifier(tmp_path, beacon=BEACON, samples=1000).ok
+    # the tuned weights leave in init.safetensors' layout (the next fine-tuning job's init)
+    from dk.pol.export import export_weights
+
+    export_weights(tmp_path / "bundle", tmp_path / "tuned.safetensors")
+    tuned = load_file(str(tmp_path / "tuned.safetensors"))
+    assert {k: (v.shape, v.dtype) for k, v in tuned.items()} == {
+        k: (v.shape, v.dtype) for k, v in init.items()
+    }
+    assert not all((tuned[k] == v).all() for k, v in init.items())
     # a verifier holding other initial weights cannot rebuild checkpoint 0: it cannot decide
     (tmp_path / "init.safetensors").write_bytes(b"\0" * 16)
     with pytest.raises(Exception, match="init"):
