@@ -145,6 +145,15 @@ def test_verify_many_on_a_directory_without_bundles(
     assert code == 3 and "no bundle under" in err
 
 
+def _trained_for_onnx(tmp_path: Path, model: str) -> tuple[Path, list[str]]:
+    """A job on ``model`` (a model file's text), trained: its directory and the `dk export`
+    options that write w.st and m.onnx there."""
+    d = _dir(tmp_path, model=model)
+    assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
+    assert main_ok(["train", str(d / "job.toml"), "--out", str(d / "run")])
+    return d, ["--out", str(d / "w.st"), "--onnx", str(d / "m.onnx"), "--job", str(d / "job.toml")]
+
+
 UNTRACEABLE = (
     "import torch\n"
     "class M(torch.nn.Module):\n"
@@ -164,10 +173,7 @@ def test_export_onnx_of_a_model_that_does_not_export(
     """A forward that branches on data cannot be traced: one line, exit 3, and nothing written
     (neither file, no staging directory left); without --onnx the weights export."""
     pytest.importorskip("onnxscript")
-    d = _dir(tmp_path, model=UNTRACEABLE)
-    assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
-    assert main_ok(["train", str(d / "job.toml"), "--out", str(d / "run")])
-    out = ["--out", str(d / "w.st"), "--onnx", str(d / "m.onnx"), "--job", str(d / "job.toml")]
+    d, out = _trained_for_onnx(tmp_path, UNTRACEABLE)
     code, err = _dk(["export", str(d / "run"), *out], capsys)
     assert code == 3 and "cannot export this job's model" in err
     assert sorted(p.name for p in d.iterdir()) == [
@@ -203,10 +209,7 @@ def test_export_onnx_of_a_model_that_specialises_on_the_batch(
 
     from dk.pol import build_model, load_job
 
-    d = _dir(tmp_path, model=BATCH_SPECIFIC)
-    assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
-    assert main_ok(["train", str(d / "job.toml"), "--out", str(d / "run")])
-    out = ["--out", str(d / "w.st"), "--onnx", str(d / "m.onnx"), "--job", str(d / "job.toml")]
+    d, out = _trained_for_onnx(tmp_path, BATCH_SPECIFIC)
     capsys.readouterr()
     assert main_ok(["export", str(d / "run"), *out, "--json"])
     done = json.loads(capsys.readouterr().out)
