@@ -125,6 +125,12 @@ def one_line_errors(prefix: str = "error") -> Iterator[None]:
         raise SystemExit(int(exit_code_for(e))) from None
 
 
+class UsageError(DkError, ValueError):
+    """Arguments that cannot go together (a command-line mistake; exit 2, as click's own)."""
+
+    exit_code = ExitCode.USAGE
+
+
 class ExportFailed(DkError):
     """The job's model could not be written in the asked format (``dk export --onnx``)."""
 

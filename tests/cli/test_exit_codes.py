@@ -19,6 +19,7 @@ from dk.errors import (
     EscrowStateError,
     ExitCode,
     FormatError,
+    UsageError,
     VerificationFailed,
     exit_code_for,
 )
@@ -49,6 +50,7 @@ def _report(code: Reason) -> Report:
         (VerificationFailed("i", report=_report(Reason.DATA_UNAVAILABLE)), ExitCode.INCONCLUSIVE),
         (DkError("other"), ExitCode.MALFORMED),
         (FileExistsError("x"), ExitCode.USAGE),
+        (UsageError("x"), ExitCode.USAGE),
         (FileNotFoundError("x"), ExitCode.MALFORMED),
         (PermissionError("x"), ExitCode.MALFORMED),
         (RuntimeError("bug"), ExitCode.INTERNAL),

@@ -805,10 +805,6 @@ def export(
     """
     from dk.pol.export import export_weights
 
-    if onnx_out is not None and job_file is None:
-        raise click.UsageError("--onnx needs --job (the consumer's job.toml: the model's code)")
-    if onnx_out is not None and Path(onnx_out).resolve() == Path(out).resolve():
-        raise click.UsageError("--out and --onnx name the same file")
     done = export_weights(source, out, onnx=onnx_out, job=job_file)
     if as_json:
         app.emit_json(done)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dk.crypto.hashing import digests_equal
-from dk.errors import BackendUnavailable, ExportFailed, FormatError, JobMismatch
+from dk.errors import BackendUnavailable, ExportFailed, FormatError, JobMismatch, UsageError
 from dk.pol.checkpoint import (
     blob_name,
     checkpoint_root,
@@ -77,9 +77,10 @@ def export_weights(
         ONNX export.
 
     Raises:
+        UsageError: ``onnx`` without ``job``, or the same path for both outputs.
         FormatError: no run or bundle, an incomplete run, a blob that is not its root's, an
-            output whose directory does not exist, the same path for both outputs, or job
-            data that cannot be read for the trace.
+            output whose directory does not exist, or job data that cannot be read for the
+            trace.
         JobMismatch: ``job`` is not the job the run or bundle was made for.
         BackendUnavailable: the ONNX exporter (extra ``dk-pol[onnx]``) is not installed.
         ExportFailed: torch's exporter could not export this model.
@@ -92,9 +93,9 @@ def export_weights(
     onnx_out = None if onnx is None else Path(onnx)
     if onnx_out is not None:
         if job is None:
-            raise JobMismatch("--onnx needs the consumer's job (--job job.toml): the model's code")
+            raise UsageError("--onnx needs the consumer's job (--job job.toml): the model's code")
         if onnx_out.resolve() == out.resolve():
-            raise FormatError(f"--out and --onnx are the same file ({out})")
+            raise UsageError(f"--out and --onnx name the same file ({out})")
         _require_exporter()
     for path in (out, onnx_out):
         if path is not None and not path.resolve().parent.is_dir():
@@ -119,19 +120,24 @@ def export_weights(
             f"{blob_name(root)} does not hash to its committed root", reason="COMMITMENT_MISMATCH"
         )
     weights = {k: v.reshape(v.shape) for k, v in model_tensors(tensors).items()}
-    done: dict[str, Any] = {"step": step, "root": root.hex(), "tensors": len(weights)}
-    done["out"] = str(out)
+    done: dict[str, Any] = {
+        "step": step,
+        "root": root.hex(),
+        "tensors": len(weights),
+        "out": str(out),
+    }
     if onnx_out is None:
         atomic_write(out, save(weights))
         return done
     assert spec is not None
-    staging = Path(tempfile.mkdtemp(prefix=".dk-onnx-", dir=onnx_out.resolve().parent))
+    dest = onnx_out.resolve().parent
+    staging = Path(tempfile.mkdtemp(prefix=".dk-onnx-", dir=dest))
     try:
         batch = export_onnx(spec, weights, staging / onnx_out.name)
         atomic_write(out, save(weights))
         files = sorted(staging.iterdir(), key=lambda f: f.name == onnx_out.name)  # graph last
         for f in files:
-            os.replace(f, onnx_out.resolve().parent / f.name)
+            os.replace(f, dest / f.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     done.update(onnx=str(onnx_out), dynamic_batch=batch is None, batch=batch)
