@@ -146,7 +146,10 @@ def lm_job(work: Path, steps: int, interval: int = 100) -> Any:
 def lm_loop(work: Path, record: bool) -> None:
     """The tiny_lm example's own training loop (examples/tiny_lm/example.py ``worker``), with
     the Recorder (its three ``# dk`` lines) or without it (the job's batches, in the job's
-    order, from the same data and sampler; no seeding, no checks, nothing written)."""
+    order, from the same data and sampler; no seeding, no checks, nothing written). Both clip
+    the gradients once by the job's global norm: without the Recorder the loop calls
+    ``clip_grad_norm_``; with it the recorded ``opt.step()`` does (the example's loop leaves
+    the job's clipping to dk)."""
     import math
 
     import torch
@@ -192,7 +195,8 @@ def lm_loop(work: Path, record: bool) -> None:
         loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1).long())
         (loss / acc).backward()
         if i % acc == acc - 1:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), t["clip_norm"])
+            if not record:  # with the Recorder, the job's clipping is dk's (in opt.step())
+                torch.nn.utils.clip_grad_norm_(model.parameters(), t["clip_norm"])
             opt.step()
             sched.step()
             opt.zero_grad()

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -218,6 +219,7 @@ class Recorder:
         self._ckpt_steps = self.job.checkpoint_steps()
         self._next = 1
         self._forwards = 0
+        self._clip_warned = False  # _warn_if_clipped_twice: once per Recorder
         self._model: torch.nn.Module | None = None
         self._opt: torch.optim.Optimizer | None = None
         self._writer: CommitWriter | None = None
@@ -620,11 +622,34 @@ class Recorder:
             total = torch.linalg.vector_norm(torch.stack(norms), 2.0)
             coef = torch.clamp(clip / (total + 1e-6), max=1.0)  # clip_grads_with_norm_'s coef
             if not bool(coef == 1.0):  # NaN multiplies too
+                self._warn_if_clipped_twice(float(total), clip)
                 torch._foreach_mul_(grads, coef)  # its per-tensor mul_ loop, in C++
             return
         total = utils.get_total_norm(grads, 2.0, False, foreach=False)
         if not bool(torch.clamp(clip / (total + 1e-6), max=1.0) == 1.0):  # NaN multiplies too
+            self._warn_if_clipped_twice(float(total), clip)
             utils.clip_grads_with_norm_(self._params, clip, total, foreach=False)
+
+    def _warn_if_clipped_twice(self, total: float, clip: float) -> None:
+        """Warn (once) when the gradients arrive already clipped to the job's norm.
+
+        ``clip_grad_norm_`` scales to ``clip / (norm + 1e-6)``, which leaves a global norm a
+        hair below ``clip`` (within about ``1e-6 / norm`` of it), so the job's clipping scales
+        them again by a factor just below 1: the recorded step is not the replay's, which clips
+        once. An unclipped norm lands that close to ``clip`` about once in 10^5 steps; hence a
+        warning, not a refusal.
+        """
+        if self._clip_warned or not clip * (1.0 - 2.0**-16) <= total <= clip:
+            return
+        self._clip_warned = True
+        warnings.warn(
+            f"step {self.step}: the gradients' global norm is already the job's clip_norm "
+            f"({clip:g}): does the loop call clip_grad_norm_? The recorded optimizer.step() "
+            "clips by the job's norm itself; clipping twice scales the gradients a second time "
+            "and the replay, which clips once, will not match. Leave clipping to dk.",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def _check_finite(self) -> None:
         """Stop at the first update that made a weight NaN or infinite.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from types import SimpleNamespace
 from typing import Any
@@ -31,7 +32,8 @@ def _params(seed: int, scale: float) -> list[torch.nn.Parameter]:
 def _clip_with_recorder(ps: list[torch.nn.Parameter], clip: float, rounding: Any = None) -> None:
     # ``rounding`` set: the rounded backend's path (per-tensor norms, as its log names them)
     job = SimpleNamespace(train={"clip_norm": clip})
-    fake: Any = SimpleNamespace(job=job, _params=ps, rounding=rounding)
+    fake: Any = SimpleNamespace(job=job, _params=ps, rounding=rounding, step=0, _clip_warned=False)
+    fake._warn_if_clipped_twice = functools.partial(Recorder._warn_if_clipped_twice, fake)
     Recorder._clip_gradients(fake)
 
 

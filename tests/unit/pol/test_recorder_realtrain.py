@@ -95,8 +95,10 @@ def _job(folder: Path, mode: str = "exact", **train: Any) -> Any:
     return load_job(folder / "job.toml")
 
 
-def _user_loop(job: Any, run: Path, *, scheduler: bool = True, ascent: bool = False) -> Any:
-    """An ordinary loop with the Recorder's three lines."""
+def _user_loop(
+    job: Any, run: Path, *, scheduler: bool = True, ascent: bool = False, clip: bool = False
+) -> Any:
+    """An ordinary loop with the Recorder's three lines (``clip``: it clips too)."""
     model = build_model(job)
     opt = make_optimizer(job, model.parameters())
     sched = make_scheduler(job, opt) if scheduler else None
@@ -109,6 +111,8 @@ def _user_loop(job: Any, run: Path, *, scheduler: bool = True, ascent: bool = Fa
         loss = F.cross_entropy(out, y, label_smoothing=job.train["label_smoothing"]) / acc
         (-loss if ascent else loss).backward()
         if i % acc == acc - 1:
+            if clip:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), job.train["clip_norm"])
             opt.step()
             opt.zero_grad()
             if sched is not None:
@@ -151,6 +155,18 @@ def test_checkpoints_commit_buffers_and_the_user_loop_replays_bit_for_bit(
         end = rep.run(start, i * 4, (i + 1) * 4)
         assert checkpoint_root(end).hex() == c.root
         start = end
+
+
+@pytest.mark.filterwarnings("error")
+def test_a_loop_that_clips_too_is_warned_once(folder: Path, tmp_path: Path) -> None:
+    """dk clips in the recorded ``opt.step()``; a loop that clips as well scales its gradients
+    twice (the replay clips once): one warning naming the cause. The loop that leaves the job's
+    clipping to dk (the one above, which replays bit for bit) gets none."""
+    job = _job(folder, clip_norm=0.05)  # below the gradients' norm: every step clips
+    _user_loop(job, tmp_path / "once")
+    with pytest.warns(UserWarning, match="clip_grad_norm_") as caught:
+        _user_loop(job, tmp_path / "twice", clip=True)
+    assert len(caught) == 1 and "step 0" in str(caught[0].message)
 
 
 def test_a_scheduler_that_is_not_the_jobs_is_refused(folder: Path, tmp_path: Path) -> None:
