@@ -35,6 +35,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from dk.crypto.hashing import tagged_hash
 from dk.errors import FormatError
+from dk.pol.backends import kernels64
 from dk.pol.backends import ops as op_tables
 from dk.pol.backends._scan import bounded_scan, round_scan
 from dk.pol.backends.bounds import (
@@ -144,6 +145,10 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         # SPEC VI §2: bounded sites use per-element thresholds (False: every threshold is t,
         # the version-2 rule; for measurements only, a verifier never turns it off)
         self.bounded = True
+        # SPEC VI §1: bounded sites' float64 values through kernels64 (NumPy's BLAS, im2col
+        # convolutions) on the CPU; False: ATen's float64 kernels (tests, comparisons). Any
+        # summation order replays a bounded site, so either side may use either.
+        self.fast_kernels = True
         self.error: Exception | None = None
         # (name, shape) of each site, when a recorder compares steps (recording.py)
         self.signatures: list[tuple[str, tuple[int, ...]]] | None = None
@@ -217,9 +222,12 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             else:
                 new.append(a)
         uargs, ukwargs = tree_unflatten(new, spec)
-        out = func(*uargs, **ukwargs)
+        fast = self.fast_kernels and self.bounded  # bounded sites only (SPEC VI §2)
+        out = kernels64.run(func, uargs, ukwargs) if fast else None
+        if out is None:
+            out = func(*uargs, **ukwargs)
         name = func.__name__
-        bounds = site_bounds(func, args, kwargs, out) if self.bounded else {}
+        bounds = site_bounds(func, args, kwargs, out, fast=fast) if self.bounded else {}
         written: dict[int, torch.Tensor] = {}
         for t in _written_args(func, args, kwargs):
             if _is_float(t) and id(t) in up:
