@@ -217,3 +217,21 @@ def test_the_fast_path_runs_in_training_and_switches_off() -> None:
     ex.train(b, range(1, 2), lambda: off)
     off.finish()
     assert kernels64.calls == before
+
+
+def test_numpys_blas_follows_torchs_thread_count() -> None:
+    """NumPy's OpenBLAS pool is set to torch's intra-op thread count before each kernel."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    g = torch.Generator().manual_seed(13)
+    a, b = _rand(g, 4, 4), _rand(g, 4, 4)
+
+    def blas_threads() -> set[int]:
+        info = threadpoolctl.threadpool_info()
+        return {i["num_threads"] for i in info if i["internal_api"] == "openblas"}
+
+    if not blas_threads():
+        pytest.skip("NumPy without OpenBLAS")
+    for n in (2, 1):
+        torch.set_num_threads(n)
+        assert kernels64.matmul("mm", (a, b), {}) is not None
+        assert blas_threads() == {n}
