@@ -24,7 +24,9 @@ JOB = bytes(range(32))
 
 
 @pytest.fixture(autouse=True)
-def _one_thread() -> Any:
+def _one_thread(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """One thread; every convolution through the fast kernels, however small."""
+    monkeypatch.setattr(kernels64, "MIN_MACS", dict.fromkeys(kernels64.MIN_MACS, 0))
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -116,6 +118,10 @@ def test_convolution_cases_left_to_aten() -> None:
     cl = x.contiguous(memory_format=torch.channels_last)
     assert kernels64.convolution((cl, w4, None, *s, False, [0, 0], 1), {}) is None
     assert kernels64.convolution((x.float(), w4.float(), None, *s, False, [0, 0], 1), {}) is None
+    with pytest.MonkeyPatch.context() as mp:  # below MIN_MACS: ATen is as fast
+        mp.setattr(kernels64, "MIN_MACS", {"convolution": 2 * 4 * 36 * 36 + 1})
+        assert kernels64.convolution((x, w4, None, *s, False, [0, 0], 1), {}) is None
+    assert kernels64.convolution((x, w4, None, *s, False, [0, 0], 1), {}) is not None
     x1 = _rand(g, 2, 4, 6)  # 1-D convolution
     w1 = _rand(g, 4, 4, 3)
     assert kernels64.convolution((x1, w1, None, [1], [1], [1], False, [0], 1), {}) is None
@@ -227,7 +233,8 @@ def test_numpys_blas_follows_torchs_thread_count() -> None:
 
     def blas_threads() -> set[int]:
         info = threadpoolctl.threadpool_info()
-        return {i["num_threads"] for i in info if i["internal_api"] == "openblas"}
+        numpys = [i for i in info if i["internal_api"] == "openblas" and "numpy" in i["filepath"]]
+        return {i["num_threads"] for i in numpys}
 
     if not blas_threads():
         pytest.skip("NumPy without OpenBLAS")

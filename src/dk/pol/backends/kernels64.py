@@ -22,7 +22,8 @@ sites) returns ``None`` and the caller runs ATen. Results have ATen's shapes, dt
 the cases taken here) its contiguous strides.
 
 NumPy's BLAS has its own thread pool: it is set to torch's intra-op thread count
-(``torch.get_num_threads()``) before each call through ``threadpoolctl`` (OpenBLAS only), so a
+(``torch.get_num_threads()``) before each call through ``threadpoolctl`` (every OpenBLAS loaded at
+the first call: NumPy's, and SciPy's if loaded; MKL or Accelerate builds keep their own), so a
 rounded run uses the threads its job was given and no more.
 """
 
@@ -43,6 +44,9 @@ calls: Counter[str] = Counter()
 _F64 = torch.float64
 _F32 = torch.float32
 _CHUNK = 1 << 21  # bytes of im2col columns per chunk of images (fits in L2 + L3 slice)
+# Smallest convolution (multiply-adds, N·Co·C·kh·kw·Ho·Wo) taken here: below, ATen is as fast
+# (measured on one AVX2 core); tests set these to 0.
+MIN_MACS = {"convolution": 1 << 21, "convolution_backward": 1 << 22}
 
 
 class _Threads:
@@ -225,10 +229,12 @@ def convolution(args: Any, kwargs: Any) -> Any:
     co, c, kh, kw = (int(s) for s in w.shape)
     if c * kh * kw + 1 > K_MAX:
         return None
-    threads.sync()
     cols = _Cols(_np(x), kh, kw, stride, padding, dilation)
-    w2 = _blasable(_np(w).reshape(co, cols.ck))
     n = int(x.shape[0])
+    if n * co * cols.ck * cols.ho * cols.wo < MIN_MACS["convolution"]:
+        return None
+    threads.sync()
+    w2 = _blasable(_np(w).reshape(co, cols.ck))
     out = np.empty((n, co, cols.ho * cols.wo))
     for n0 in cols.chunks():
         col = cols.get(n0)
@@ -263,6 +269,8 @@ def convolution_backward(args: Any, kwargs: Any) -> Any:
         return None
     cols = _Cols(_np(x), kh, kw, stride, padding, dilation)
     if (cols.ho, cols.wo) != tuple(go.shape[2:]) or int(go.shape[1]) != co:
+        return None
+    if n * co * cols.ck * hw_o < MIN_MACS["convolution_backward"]:
         return None
     threads.sync()
     g3 = _np(go).reshape(n, co, hw_o)  # a view, or one copy
