@@ -63,20 +63,13 @@ class Bound:
 class _AbsOp:
     """The operation on absolute values, run at most once for all outputs of one call."""
 
-    def __init__(self, func: Any, args: Any, kwargs: Any, fast: bool = False) -> None:
-        self.func, self.args, self.kwargs, self.fast = func, args, kwargs, fast
+    def __init__(self, func: Any, args: Any, kwargs: Any) -> None:
+        self.func, self.args, self.kwargs = func, args, kwargs
         self._out: list[Any] | None = None
 
     def get(self, index: int) -> np.ndarray:
         if self._out is None:
-            out = None
-            if self.fast and self.func._overloadname == "default":  # float32 on the CPU
-                from dk.pol.backends.kernels64 import matmul
-
-                name = self.func.overloadpacket.__name__
-                out = matmul(name, self.args, self.kwargs, torch.float32)
-            if out is None:
-                out = self.func(*self.args, **self.kwargs)
+            out = self.func(*self.args, **self.kwargs)
             self._out = list(out) if isinstance(out, tuple | list) else [out]
         t = self._out[index]  # float32 on the CPU: promoted exactly where it is used
         return np.asarray(t.detach().contiguous().view(-1).cpu().numpy())
@@ -126,14 +119,11 @@ def _term_counts(name: str, args: Any, kwargs: Any, outs: list[Any]) -> list[int
     return [None] * len(outs)
 
 
-def site_bounds(
-    func: Any, args: Any, kwargs: Any, out: Any, *, fast: bool = False
-) -> dict[int, Bound]:
+def site_bounds(func: Any, args: Any, kwargs: Any, out: Any) -> dict[int, Bound]:
     """The bounds of a covered call's float64 outputs, keyed by ``id`` (SPEC VI §2).
 
     ``args``/``kwargs`` are the caller's float32 arguments, ``out`` the float64 result. Empty
-    for an operation without a bound or with written (``out=``, in-place) arguments. ``fast``:
-    ``S`` of matrix products on the CPU through NumPy (``kernels64.matmul``; any order).
+    for an operation without a bound or with written (``out=``, in-place) arguments.
     """
     name = func.overloadpacket.__name__
     if name not in BOUNDED_OPS or any(
@@ -152,7 +142,7 @@ def site_bounds(
     akwargs = {k: _abs(v, dtype, memo) for k, v in kwargs.items()}
     if "dtype" in akwargs and akwargs["dtype"] is not None:
         akwargs["dtype"] = dtype
-    shared = _AbsOp(func, aargs, akwargs, fast=fast and dtype == torch.float32)
+    shared = _AbsOp(func, aargs, akwargs)
     res: dict[int, Bound] = {}
     for i, (o, k) in enumerate(zip(outs, ks, strict=False)):
         if isinstance(o, torch.Tensor) and k is not None and 0 < k <= K_MAX:
