@@ -14,7 +14,9 @@ backward and optimizer alike. Operations fall in four classes (SPEC VI §1, ``op
   (:meth:`RoundedMode.round_site`), where the log is written (record) or followed (replay);
   the outputs of matrix products, convolutions and sums are *bounded* sites (``bounds.py``):
   an a-priori error bound valid for any summation order gives each element its own threshold,
-  at most ``T_CAP`` (SPEC VI §2), so another BLAS or GPU kernel replays them too;
+  at most ``T_CAP`` (SPEC VI §2), so another BLAS or GPU kernel replays them too (on the
+  CPU, matrix products and convolutions run through ``kernels64.py``, faster than ATen's
+  float64 kernels; ``RoundedMode.fast_kernels = False`` keeps ATen's);
 * anything else on floating tensors raises :class:`UnsupportedOp` at record time.
 
 In-place and ``out=`` covered operations (batch-norm running statistics, ``_foreach_norm``
