@@ -14,7 +14,9 @@ backward and optimizer alike. Operations fall in four classes (SPEC VI §1, ``op
   (:meth:`RoundedMode.round_site`), where the log is written (record) or followed (replay);
   the outputs of matrix products, convolutions and sums are *bounded* sites (``bounds.py``):
   an a-priori error bound valid for any summation order gives each element its own threshold,
-  at most ``T_CAP`` (SPEC VI §2), so another BLAS or GPU kernel replays them too;
+  at most ``T_CAP`` (SPEC VI §2), so another BLAS or GPU kernel replays them too (on the
+  CPU, matrix products and convolutions run through ``kernels64.py``, faster than ATen's
+  float64 kernels; ``RoundedMode.fast_kernels = False`` keeps ATen's);
 * anything else on floating tensors raises :class:`UnsupportedOp` at record time.
 
 In-place and ``out=`` covered operations (batch-norm running statistics, ``_foreach_norm``
@@ -35,6 +37,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from dk.crypto.hashing import tagged_hash
 from dk.errors import FormatError
+from dk.pol.backends import kernels64
 from dk.pol.backends import ops as op_tables
 from dk.pol.backends._scan import bounded_scan, round_scan
 from dk.pol.backends.bounds import (
@@ -144,6 +147,10 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         # SPEC VI §2: bounded sites use per-element thresholds (False: every threshold is t,
         # the version-2 rule; for measurements only, a verifier never turns it off)
         self.bounded = True
+        # SPEC VI §1: bounded sites' float64 values through kernels64 (NumPy's BLAS, im2col
+        # convolutions) on the CPU; False: ATen's float64 kernels (tests, comparisons). Any
+        # summation order replays a bounded site, so either side may use either.
+        self.fast_kernels = True
         self.error: Exception | None = None
         # (name, shape) of each site, when a recorder compares steps (recording.py)
         self.signatures: list[tuple[str, tuple[int, ...]]] | None = None
@@ -217,7 +224,10 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             else:
                 new.append(a)
         uargs, ukwargs = tree_unflatten(new, spec)
-        out = func(*uargs, **ukwargs)
+        fast = self.fast_kernels and self.bounded  # bounded sites only (SPEC VI §2)
+        out = kernels64.run(func, uargs, ukwargs) if fast else None
+        if out is None:
+            out = func(*uargs, **ukwargs)
         name = func.__name__
         bounds = site_bounds(func, args, kwargs, out) if self.bounded else {}
         written: dict[int, torch.Tensor] = {}

@@ -1,0 +1,306 @@
+"""Faster float64 CPU kernels for the bounded sites of the rounded backend (SPEC VI §1, §2).
+
+A bounded site's thresholds come from an a-priori bound ``γ_K·S`` that holds for every
+summation order, so its float64 value may come from any correct float64 kernel; the verifier
+need not use the same one. PyTorch's CPU build computes float64 matrix products with MKL
+(slow on AMD CPUs) and float64 convolutions with a generic im2col loop; NumPy's OpenBLAS is
+1.5-3x faster on the same products. Here:
+
+* ``mm``, ``addmm``, ``bmm``, ``baddbmm``: NumPy ``matmul`` on float64 views of the tensors
+  (``β·C`` and ``α`` applied after the product: at most two more roundings, which ``K``
+  counts);
+* ``convolution`` (2-D, ``groups = 1``, not transposed, any stride, padding, dilation):
+  im2col by chunks of images that fit in cache, then one batched ``matmul`` per chunk;
+* ``convolution_backward`` (same cases): the weight gradient from the same columns and the
+  bias gradient (a NumPy sum) here; the input gradient from ATen, which is faster at it than
+  an im2col transpose (col2im) in NumPy.
+
+Every element is the same sum of exact float64 products (padding adds exact zeros) in another
+order, so ``K`` of SPEC VI §2 bounds it. Anything else (float32 or other dtypes, other devices,
+transposed or grouped convolutions, channels-last layouts, outputs that are not bounded
+sites) returns ``None`` and the caller runs ATen. Results have ATen's shapes, dtypes and (for
+the cases taken here) its contiguous strides.
+
+``S`` (``bounds.py``) stays with ATen: NumPy's float32 products on absolute values were no
+faster here (0.7-1.2x of torch's on a transformer's shapes).
+
+NumPy's BLAS has its own thread pool: it is set to torch's intra-op thread count
+(``torch.get_num_threads()``) before each call through ``threadpoolctl`` (every OpenBLAS loaded at
+the first call: NumPy's, and SciPy's if loaded; MKL or Accelerate builds keep their own), so a
+rounded run uses the threads its job was given and no more.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import torch
+
+from dk.pol.backends.bounds import K_MAX
+
+# Number of calls each kernel answered (tests prove the fast path ran; diagnostics).
+calls: Counter[str] = Counter()
+
+_F64 = torch.float64
+_CHUNK = 1 << 21  # bytes of im2col columns per chunk of images (fits in L2 + L3 slice)
+# Smallest convolution (multiply-adds, N·Co·C·kh·kw·Ho·Wo) taken here: below, ATen is as fast
+# (measured on one AVX2 core); tests set these to 0.
+MIN_MACS = {"convolution": 1 << 21, "convolution_backward": 1 << 22}
+
+
+class _Threads:
+    """NumPy's OpenBLAS thread count, kept equal to torch's intra-op thread count."""
+
+    def __init__(self) -> None:
+        self.controllers: list[Any] | None = None
+        self.n = -1
+
+    def sync(self) -> None:
+        n = torch.get_num_threads()
+        if n == self.n:
+            return
+        if self.controllers is None:
+            try:
+                from threadpoolctl import ThreadpoolController
+            except ImportError:  # no control: OpenBLAS keeps its own default
+                self.controllers = []
+            else:
+                ctl = ThreadpoolController().select(internal_api="openblas")
+                self.controllers = list(ctl.lib_controllers)
+        for c in self.controllers:
+            c.set_num_threads(n)
+        self.n = n
+
+
+threads = _Threads()
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return np.asarray(t.detach().numpy())
+
+
+def _blasable(a: np.ndarray) -> np.ndarray:
+    """``a`` if BLAS can read each of its matrices (last two dims) in place, else a C copy."""
+    if a.ndim < 2:
+        return a
+    it = a.itemsize
+    sr, sc = a.strides[-2], a.strides[-1]
+    r, c = a.shape[-2], a.shape[-1]
+    if (sc == it and sr >= it * max(c, 1) and sr % it == 0) or (
+        sr == it and sc >= it * max(r, 1) and sc % it == 0
+    ):
+        return a
+    return np.ascontiguousarray(a)
+
+
+def _scalar(x: Any) -> float | None:
+    """A real scalar argument (``alpha``, ``beta``) as float, None if it is not one."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return float(x)
+
+
+def _cpu(*ts: Any) -> bool:
+    return all(
+        isinstance(t, torch.Tensor) and t.dtype == _F64 and t.device.type == "cpu" for t in ts
+    )
+
+
+def matmul(name: str, args: Any, kwargs: Any) -> Any:
+    """``mm``/``bmm``/``addmm``/``baddbmm`` of float64 CPU tensors through NumPy, or None."""
+    if name in ("mm", "bmm"):
+        if len(args) != 2 or kwargs:
+            return None
+        a, b = args
+        c, beta, alpha = None, 0.0, 1.0
+    elif name in ("addmm", "baddbmm"):
+        if len(args) != 3 or set(kwargs) - {"beta", "alpha"}:
+            return None
+        c, a, b = args
+        beta_, alpha_ = _scalar(kwargs.get("beta", 1)), _scalar(kwargs.get("alpha", 1))
+        if beta_ is None or alpha_ is None or alpha_ == 0.0 or not _cpu(c):
+            return None
+        beta, alpha = beta_, alpha_
+    else:
+        return None
+    nd = 2 if name in ("mm", "addmm") else 3
+    if not _cpu(a, b) or a.dim() != nd or b.dim() != nd:
+        return None
+    k = int(a.shape[-1])
+    if int(b.shape[-2]) != k or (nd == 3 and int(a.shape[0]) != int(b.shape[0])):
+        return None
+    if k == 0 or k + 2 > K_MAX or a.numel() == 0 or b.numel() == 0:
+        return None  # not a bounded site (or empty): ATen's kernel
+    threads.sync()
+    out = np.matmul(_blasable(_np(a)), _blasable(_np(b)))
+    if alpha != 1.0:
+        out *= alpha
+    if c is not None and beta != 0.0:  # β = 0: C is ignored (NaN in C is not propagated)
+        cn = _np(c)
+        if beta != 1.0:
+            cn = cn * beta
+        out += cn  # broadcasts as ATen does (C is a bias row or the full result)
+    calls[name] += 1
+    return torch.from_numpy(out)
+
+
+def _out_size(n: int, k: int, s: int, p: int, d: int) -> int:
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _conv_args(x: Any, w: Any, stride: Any, padding: Any, dilation: Any) -> bool:
+    """Whether the 2-D convolution ``x * w`` (``groups = 1``, not transposed) is taken here."""
+    if not _cpu(x, w) or x.dim() != 4 or w.dim() != 4 or int(x.shape[1]) != int(w.shape[1]):
+        return False
+    if any(len(v) != 2 for v in (stride, padding, dilation)):
+        return False
+    if min(stride) < 1 or min(dilation) < 1 or min(padding) < 0:
+        return False
+    for t in (x, w):  # ATen keeps a channels-last layout; these kernels write NCHW
+        if not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last):
+            return False
+    ho = _out_size(int(x.shape[2]), int(w.shape[2]), stride[0], padding[0], dilation[0])
+    wo = _out_size(int(x.shape[3]), int(w.shape[3]), stride[1], padding[1], dilation[1])
+    return ho > 0 and wo > 0 and x.numel() > 0 and w.numel() > 0
+
+
+class _Cols:
+    """im2col of a padded NCHW input, by chunks of images: ``(b, C·kh·kw, Ho·Wo)`` each."""
+
+    def __init__(
+        self, x: np.ndarray, kh: int, kw: int, stride: Any, padding: Any, dilation: Any
+    ) -> None:
+        n, c, h, w = x.shape
+        (self.sh, self.sw), (ph, pw), (self.dh, self.dw) = stride, padding, dilation
+        self.kh, self.kw = kh, kw
+        self.ho = _out_size(h, kh, self.sh, ph, self.dh)
+        self.wo = _out_size(w, kw, self.sw, pw, self.dw)
+        self.x, self.pad, self.n = x, (ph, pw), n
+        self.ck = c * kh * kw
+        per = 8 * self.ck * self.ho * self.wo
+        self.nb = max(1, min(n, _CHUNK // max(per, 1)))
+        self._xp: np.ndarray | None = None
+        self._buf: np.ndarray | None = None
+
+    def chunks(self) -> range:
+        return range(0, self.n, self.nb)
+
+    def window(self, i: int, j: int) -> tuple[slice, slice]:
+        """The padded input's rows and columns under kernel tap ``(i, j)``."""
+        r0, c0 = i * self.dh, j * self.dw
+        return (
+            slice(r0, r0 + self.sh * (self.ho - 1) + 1, self.sh),
+            slice(c0, c0 + self.sw * (self.wo - 1) + 1, self.sw),
+        )
+
+    def get(self, n0: int) -> np.ndarray:
+        """The columns of images ``n0 …`` (one chunk): ``(b, C·kh·kw, Ho·Wo)``."""
+        if self._xp is None or self._buf is None:  # padded once, on first use
+            x, (ph, pw) = self.x, self.pad
+            if ph or pw:
+                n, c, h, w = x.shape
+                xp = np.zeros((n, c, h + 2 * ph, w + 2 * pw))
+                xp[:, :, ph : ph + h, pw : pw + w] = x
+                x = xp
+            self._xp = x
+            self._buf = np.empty((self.nb, x.shape[1], self.kh, self.kw, self.ho, self.wo))
+        b = min(self.nb, self.n - n0)
+        buf = self._buf[:b]
+        for i in range(self.kh):
+            for j in range(self.kw):
+                rows, cols = self.window(i, j)
+                buf[:, :, i, j] = self._xp[n0 : n0 + b, :, rows, cols]
+        return buf.reshape(b, self.ck, self.ho * self.wo)
+
+
+def convolution(args: Any, kwargs: Any) -> Any:
+    """ATen ``convolution`` of float64 CPU tensors (2-D, groups 1, not transposed), or None."""
+    if kwargs or len(args) != 9:
+        return None
+    x, w, bias, stride, padding, dilation, transposed, _, groups = args
+    if transposed or groups != 1 or not _conv_args(x, w, stride, padding, dilation):
+        return None
+    if bias is not None and not _cpu(bias):
+        return None
+    co, c, kh, kw = (int(s) for s in w.shape)
+    if c * kh * kw + 1 > K_MAX:
+        return None
+    cols = _Cols(_np(x), kh, kw, stride, padding, dilation)
+    n = int(x.shape[0])
+    if n * co * cols.ck * cols.ho * cols.wo < MIN_MACS["convolution"]:
+        return None
+    threads.sync()
+    w2 = _blasable(_np(w).reshape(co, cols.ck))
+    out = np.empty((n, co, cols.ho * cols.wo))
+    for n0 in cols.chunks():
+        col = cols.get(n0)
+        np.matmul(w2, col, out=out[n0 : n0 + col.shape[0]])
+    if bias is not None:
+        out += _np(bias)[:, None]
+    calls["convolution"] += 1
+    return torch.from_numpy(out.reshape(n, co, cols.ho, cols.wo))
+
+
+def convolution_backward(args: Any, kwargs: Any) -> Any:
+    """ATen ``convolution_backward`` of float64 CPU tensors (cases as :func:`convolution`):
+    the weight and bias gradients here, the input gradient from ATen (faster there), or None.
+
+    An output whose term count is over ``K_MAX`` (not a bounded site) is left to ATen too.
+    """
+    if kwargs or len(args) != 11:
+        return None
+    go, x, w, _, stride, padding, dilation, transposed, _, groups, mask = args
+    if transposed or groups != 1 or not _conv_args(x, w, stride, padding, dilation):
+        return None
+    if not _cpu(go) or go.dim() != 4:
+        return None
+    if not go.is_contiguous() and go.is_contiguous(memory_format=torch.channels_last):
+        return None
+    co, c, kh, kw = (int(s) for s in w.shape)
+    n, _, h, wd = (int(s) for s in x.shape)
+    hw_o = int(go.shape[2]) * int(go.shape[3])
+    want_w = bool(mask[1]) and n * max(hw_o, h * wd) <= K_MAX
+    want_b = bool(mask[2]) and n * hw_o <= K_MAX
+    if not (want_w or want_b):
+        return None
+    cols = _Cols(_np(x), kh, kw, stride, padding, dilation)
+    if (cols.ho, cols.wo) != tuple(go.shape[2:]) or int(go.shape[1]) != co:
+        return None
+    if n * co * cols.ck * hw_o < MIN_MACS["convolution_backward"]:
+        return None
+    threads.sync()
+    g3 = _np(go).reshape(n, co, hw_o)  # a view, or one copy
+    gw = gb = None
+    if want_w:  # Σ over images of (Co, Ho·Wo) @ (Ho·Wo, C·kh·kw)
+        acc = np.zeros((co, cols.ck))
+        for n0 in cols.chunks():
+            col = cols.get(n0)
+            part = np.matmul(_blasable(g3[n0 : n0 + col.shape[0]]), col.transpose(0, 2, 1))
+            acc += part.sum(axis=0)
+        gw = torch.from_numpy(acc.reshape(co, c, kh, kw))
+    if want_b:
+        gb = torch.from_numpy(np.ascontiguousarray(g3.sum(axis=(0, 2))))
+    rest = [bool(mask[0]), bool(mask[1]) and not want_w, bool(mask[2]) and not want_b]
+    gi = None
+    if any(rest):  # the input gradient, and outputs that are no bounded sites: ATen
+        aten = torch.ops.aten.convolution_backward.default(*args[:10], rest)
+        gi, gw, gb = (a if r else m for a, r, m in zip(aten, rest, (None, gw, gb), strict=True))
+    calls["convolution_backward"] += 1
+    return gi, gw, gb
+
+
+def run(func: Any, args: Any, kwargs: Any) -> Any:
+    """The covered call ``func(*args, **kwargs)`` on float64 CPU tensors through a faster
+    kernel, or None (the caller runs ATen): only ``.default`` overloads of bounded ops."""
+    if func._overloadname != "default":
+        return None
+    name = func.overloadpacket.__name__
+    if name in ("mm", "addmm", "bmm", "baddbmm"):
+        return matmul(name, args, kwargs)
+    if name == "convolution":
+        return convolution(args, kwargs)
+    if name == "convolution_backward":
+        return convolution_backward(args, kwargs)
+    return None
