@@ -61,6 +61,7 @@ def _log_cases() -> list[dict[str, Any]]:
         ("bad magic", b"DKRX" + good[4:]),
         ("version 1 (the varint entries of the draft)", good[:4] + b"\x01" + good[5:]),
         ("version 2 (every threshold the job's t)", good[:4] + b"\x02" + good[5:]),
+        ("version 3 (convolutions summed in one block)", good[:4] + b"\x03" + good[5:]),
         ("precision 2", good[:5] + b"\x02" + good[6:]),
         ("tau_log2 5", good[:6] + b"\x05" + good[7:]),
         ("tau_log2 25", good[:6] + b"\x19" + good[7:]),
@@ -227,6 +228,52 @@ def _bounded_replay_cases() -> list[dict[str, Any]]:
         [x for x in e if x[1] != 1], "ROUNDING_LOG_MISSING")  # fmt: skip
     add("bounded site: entry between m_e and t_e dropped (D = 100; not demanded)",
         [x for x in e if x[1] != 2])  # fmt: skip
+    cases += _blocked_replay_cases(v, s)
+    return cases
+
+
+# A blocked bounded site (SPEC VI §2): a convolution's weight gradient of K = 8192 terms summed
+# in blocks of one 8×8 image (64 terms), so K' = 72 in γ and beta ≈ 72.1, t_e ≈ 182 (an entry
+# accepted up to ≈ 364) and m_e ≈ 28.8; with K in γ, t_e would be ≈ 20,500.
+_BLOCK_K, _BLOCK_KSUM = 8192, 72
+
+
+def _blocked_replay_cases(v: np.ndarray, s: np.ndarray) -> list[dict[str, Any]]:
+    import torch
+
+    from dk.pol.backends.bounds import Bound
+    from dk.pol.backends.rounded import RoundedMode
+
+    name = "convolution_backward.default"
+    bound = {"k": _BLOCK_K, "k_sum": _BLOCK_KSUM, "s": s.astype("<f8").tobytes().hex()}
+    mode = RoundedMode.record(job_id=JOB, interval=0, tau_log2=K)
+    mode.round_site(torch.from_numpy(v.copy()), name, Bound.given(_BLOCK_K, s, _BLOCK_KSUM))
+    honest = mode.finish()
+    e = honest.entries
+    assert [x[1] for x in e] == [0, 1, 2]  # D = 0, 20, 100: within t_e ≈ 182
+    cases: list[dict[str, Any]] = []
+
+    def add(comment: str, entries: list[tuple[int, int, int]], reason: str | None = None) -> None:
+        log = RoundingLog(**{**vars(honest), "entries": sorted(entries)})
+        case: dict[str, Any] = {"comment": comment, "values": v.astype("<f8").tobytes().hex(),
+                                "name": name, "bound": bound,
+                                "log": log.encode().hex()}  # fmt: skip
+        if reason is None:
+            replay = RoundedMode.replay(log)
+            b = Bound.given(_BLOCK_K, s, _BLOCK_KSUM)
+            r = replay.round_site(torch.from_numpy(v.copy()), name, b).numpy()
+            replay.finish()
+            case.update(result="valid", rounded=r.astype("<f4").tobytes().hex())
+        else:
+            case.update(result="invalid", expected_reason=reason)
+        cases.append(case)
+
+    add("blocked site (K = 8192, K' = 72): honest log (elements within t_e ≈ 182)", e)
+    add("blocked site: entry between t_e and 2·t_e (D = 300, allowed)", [*e, (0, 3, 1)])
+    add("blocked site: entry at D = 1000, inside the unblocked bound (γ_K) but not the blocked "
+        "one (γ_K')", [*e, (0, 4, 1)], "ROUNDING_LOG_INVALID")  # fmt: skip
+    add("blocked site: entry within m_e ≈ 28.8 dropped (D = 20)",
+        [x for x in e if x[1] != 1], "ROUNDING_LOG_MISSING")  # fmt: skip
     return cases
 
 

@@ -66,7 +66,8 @@ def _check_replay(case: dict[str, Any]) -> str:
         s = np.frombuffer(_bytes(case["bound"]["s"]), dtype="<f8").astype(np.float64)
         if s.size != v.size:
             return "bound has another element count than values"
-        bound = Bound.given(int(case["bound"]["k"]), s)
+        k_sum = case["bound"].get("k_sum")  # a blocked sum's K' (SPEC VI §2); default K
+        bound = Bound.given(int(case["bound"]["k"]), s, None if k_sum is None else int(k_sum))
     try:
         mode = RoundedMode.replay(decode_log(_bytes(case["log"])))
         r = mode.round_site(torch.from_numpy(v.copy()), case["name"], bound).numpy()

@@ -199,7 +199,7 @@ def test_the_fast_path_runs_in_training_and_switches_off() -> None:
     ex.train(b, range(1), lambda: rec)
     rec.finish()
     ran = kernels64.calls - before
-    for name in ("convolution", "convolution_backward", "addmm", "mm"):
+    for name in ("convolution", "convolution_blocks", "weight_grad_blocks", "addmm", "mm"):
         assert ran[name] > 0, name
     before = kernels64.calls.copy()
     off = RoundedMode.record(job_id=JOB, interval=1)

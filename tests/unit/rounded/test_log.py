@@ -31,7 +31,7 @@ def test_round_trip_and_layout() -> None:
     log = _log()
     blob = log.encode()
     assert decode_log(blob) == log
-    assert blob[:8] == b"DKRL\x03\x01\x0c\x00" and blob[8:40] == JOB
+    assert blob[:8] == b"DKRL\x04\x01\x0c\x00" and blob[8:40] == JOB
     assert struct.unpack_from("<QQ", blob, 40) == (2, 10)
     assert struct.unpack_from("<Q", blob, 88) == (4,)
     # group of site 0: delta 0, 2 entries (n - 1 = 1), first element 0, r = 2 (one gap of
@@ -53,6 +53,7 @@ def test_empty_log() -> None:
         lambda b: b"DKRX" + b[4:],  # magic
         lambda b: b[:4] + b"\x01" + b[5:],  # version 1 (the draft's varint entries)
         lambda b: b[:4] + b"\x02" + b[5:],  # version 2 (fixed thresholds everywhere)
+        lambda b: b[:4] + b"\x03" + b[5:],  # version 3 (convolutions not blocked)
         lambda b: b[:5] + b"\x02" + b[6:],  # precision
         lambda b: b[:6] + b"\x05" + b[7:],  # tau_log2 below 6
         lambda b: b[:7] + b"\x01" + b[8:],  # reserved byte

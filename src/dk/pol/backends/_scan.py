@@ -48,18 +48,19 @@ def round_scan(v: np.ndarray, lo: int, width: int) -> tuple[np.ndarray, np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
-def scan_bounded(v, s, k, c_rec, c_miss, t_cap, m_cap, use_m, r, idx):  # type: ignore[no-untyped-def]  # pragma: no cover
+def scan_bounded(v, s, k, kg, c_rec, c_miss, t_cap, m_cap, use_m, r, idx):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Fill ``r``; write indices with ``D <= t_e`` (``use_m``: ``D <= m_e``) into ``idx``.
 
     The per-element thresholds are :func:`dk.pol.backends.bounds.thresholds`' formula, in the
-    same order of float64 operations (no fastmath, so no contraction); tiny and non-finite
-    values are left to the caller (returned flag).
+    same order of float64 operations (no fastmath, so no contraction), ``kg`` the blocked
+    sum's term count ``K'`` in ``γ``; tiny and non-finite values are left to the caller
+    (returned flag).
     """
     bits = v.view(np.int64)
     n = 0
     tiny = False
     cap = idx.size
-    gamma = k * 2.0**-53 / (1.0 - k * 2.0**-53)
+    gamma = kg * 2.0**-53 / (1.0 - kg * 2.0**-53)
     lo = HALF - (m_cap if use_m else t_cap)
     width = 2 * (m_cap if use_m else t_cap)
     for i in range(v.size):
@@ -86,13 +87,18 @@ def scan_bounded(v, s, k, c_rec, c_miss, t_cap, m_cap, use_m, r, idx):  # type: 
 
 
 def bounded_scan(
-    v: np.ndarray, s: np.ndarray, k: int, consts: tuple[float, float, int, int], use_m: bool
+    v: np.ndarray,
+    s: np.ndarray,
+    k: tuple[int, int],
+    consts: tuple[float, float, int, int],
+    use_m: bool,
 ) -> tuple[np.ndarray, np.ndarray, bool]:
-    """``(float32 rounding, indices within t_e (use_m: m_e), any tiny nonzero)`` of ``v``."""
+    """``(float32 rounding, indices within t_e (use_m: m_e), any tiny nonzero)`` of ``v``;
+    ``k`` is ``(K, K')``: the site's term count and its blocked sum's (SPEC VI §2)."""
     r = np.empty(v.size, dtype=np.float32)
     idx = np.empty(max(64, v.size >> 6), dtype=np.int64)
-    n, tiny = scan_bounded(v, s, k, *consts, use_m, r, idx)
+    n, tiny = scan_bounded(v, s, k[0], k[1], *consts, use_m, r, idx)
     if n > idx.size:
         idx = np.empty(n, dtype=np.int64)
-        n, tiny = scan_bounded(v, s, k, *consts, use_m, r, idx)
+        n, tiny = scan_bounded(v, s, k[0], k[1], *consts, use_m, r, idx)
     return r, idx[:n], bool(tiny)

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from dk.pol.backends.blocked import block_terms
+
 # SPEC VI §2: an element of a bounded site is logged within 3β + 2 (at most t) of a boundary,
 # and the verifier demands an entry within 0.9β (at most t/2); sums over K_MAX terms keep t.
 C_RECORD = 2.5
@@ -39,16 +41,20 @@ BOUNDED_OPS = frozenset(
 
 
 class Bound:
-    """The bound of one site: its term count ``k`` and (computed once per call) ``S``."""
+    """The bound of one site: its term count ``k``, the term count ``k_sum`` of its blocked
+    sum (``K'`` of SPEC VI §2, ``blocked.py``; ``k`` where the sum is one block) and
+    (computed once per call) ``S``."""
 
-    def __init__(self, k: int, shared: _AbsOp | None, index: int) -> None:
+    def __init__(self, k: int, shared: _AbsOp | None, index: int, k_sum: int | None = None) -> None:
         self.k, self._shared, self._index = k, shared, index
+        self.k_sum = k if k_sum is None else k_sum
         self._s: np.ndarray | None = None
 
     @classmethod
-    def given(cls, k: int, s: Any) -> Bound:
-        """A bound with a known ``S`` (tests, vectors): ``k`` terms, ``s`` any array-like."""
-        b = cls(k, None, 0)
+    def given(cls, k: int, s: Any, k_sum: int | None = None) -> Bound:
+        """A bound with a known ``S`` (tests, vectors): ``k`` terms (``k_sum`` blocked), ``s``
+        any array-like."""
+        b = cls(k, None, 0, k_sum)
         b._s = np.ascontiguousarray(np.asarray(s, dtype=np.float64).reshape(-1))
         return b
 
@@ -132,6 +138,7 @@ def site_bounds(func: Any, args: Any, kwargs: Any, out: Any) -> dict[int, Bound]
         return {}
     outs = list(out) if isinstance(out, tuple | list) else [out]
     ks = _term_counts(name, args, kwargs, outs)
+    kbs = block_terms(name, args, ks)
     dev = next((o.device for o in outs if isinstance(o, torch.Tensor)), None)
     dtype = torch.float32 if dev is not None and dev.type == "cpu" else torch.float64
     memo: dict[int, torch.Tensor] = {}
@@ -144,9 +151,9 @@ def site_bounds(func: Any, args: Any, kwargs: Any, out: Any) -> dict[int, Bound]
         akwargs["dtype"] = dtype
     shared = _AbsOp(func, aargs, akwargs)
     res: dict[int, Bound] = {}
-    for i, (o, k) in enumerate(zip(outs, ks, strict=False)):
+    for i, (o, k, kb) in enumerate(zip(outs, ks, kbs, strict=False)):
         if isinstance(o, torch.Tensor) and k is not None and 0 < k <= K_MAX:
-            res[id(o)] = Bound(k, shared, i)
+            res[id(o)] = Bound(k, shared, i, kb)
     return res
 
 
@@ -155,19 +162,23 @@ def bound_cap(t_bits: int) -> int:
     return max(t_bits, T_CAP)
 
 
-def thresholds(v: np.ndarray, s: np.ndarray, k: int, t_bits: int) -> tuple[np.ndarray, np.ndarray]:
+def thresholds(
+    v: np.ndarray, s: np.ndarray, k: int, t_bits: int, k_sum: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-element thresholds ``(t_e, m_e)`` in units of ``D`` (SPEC VI §2).
 
-    ``β = γ_K·S⁺·2^29/g`` bounds one machine's float64 error in units of ``D``, with ``g`` the
-    float32 gap at ``v`` and ``S⁺ = S·(1 + K·2^-23) + K·2^-149`` (covering the float32 rounding
-    of ``S`` itself); ``t_e = min(t, 3β + 2)`` (record, and an entry is accepted within
-    ``2·t_e``) and ``m_e = min(t/2, 0.9β)`` (the verifier demands an entry within it).
+    ``β = γ_K'·S⁺·2^29/g`` bounds one machine's float64 error in units of ``D``, with ``g`` the
+    float32 gap at ``v``, ``K' = k_sum`` (default ``K``) the blocked sum's term count and
+    ``S⁺ = S·(1 + K·2^-23) + K·2^-149`` (covering the float32 rounding of ``S`` itself, a sum
+    of all ``K`` terms); ``t_e = min(T_cap, 2.5β + 2)`` (record, and an entry is accepted
+    within ``2·t_e``) and ``m_e = min(T_cap/2, 0.4β)`` (the verifier demands an entry within it).
 
     >>> t, m = thresholds(np.array([1.0]), np.array([1.0]), 4, 1 << 19)
     >>> round(float(t[0]), 4), round(float(m[0]), 4)
     (7.0, 0.8)
     """
-    gamma = k * _U / (1.0 - k * _U)
+    kg = k if k_sum is None else k_sum
+    gamma = kg * _U / (1.0 - kg * _U)
     s = np.asarray(s, dtype=np.float64)
     a = np.abs(v)
     ex = np.frexp(a)[1]

@@ -304,3 +304,76 @@ def run(func: Any, args: Any, kwargs: Any) -> Any:
     if name == "convolution_backward":
         return convolution_backward(args, kwargs)
     return None
+
+
+def _block_sums(parts: np.ndarray, images: int) -> np.ndarray:
+    """``(b, …)`` per-image parts -> ``(⌈b/images⌉, flat)`` sums of blocks of whole images."""
+    b = parts.shape[0]
+    flat = parts.reshape(b, -1)
+    if images == 1:
+        return np.ascontiguousarray(flat)
+    return np.stack([flat[i : i + images].sum(axis=0) for i in range(0, b, images)])
+
+
+def convolution_blocks(args: Any, units: int) -> np.ndarray | None:
+    """The partial outputs of a 2-D ``convolution`` (cases as :func:`convolution`, bias left
+    out), one per block of ``units`` input channels (SPEC VI §2), from one im2col:
+    ``(blocks, N, Co, Ho, Wo)``; or None."""
+    if len(args) != 9:
+        return None
+    x, w, _, stride, padding, dilation, transposed, _, groups = args
+    if transposed or groups != 1 or not _conv_args(x, w, stride, padding, dilation):
+        return None
+    co, c, kh, kw = (int(s) for s in w.shape)
+    cols = _Cols(_np(x), kh, kw, stride, padding, dilation)
+    n, per = int(x.shape[0]), kh * kw
+    threads.sync()
+    w2 = _np(w).reshape(co, cols.ck)
+    bounds = [(c0 * per, min(c, c0 + units) * per) for c0 in range(0, c, units)]
+    outs = np.empty((len(bounds), n, co, cols.ho * cols.wo))
+    for n0 in cols.chunks():
+        col = cols.get(n0)
+        for (r0, r1), out in zip(bounds, outs, strict=True):
+            np.matmul(_blasable(w2[:, r0:r1]), col[:, r0:r1], out=out[n0 : n0 + col.shape[0]])
+    calls["convolution_blocks"] += 1
+    return outs.reshape(len(bounds), n, co, cols.ho, cols.wo)
+
+
+def weight_grad_blocks(args: Any, images: int) -> tuple[Any, Any] | None:
+    """The weight and bias gradients of a 2-D ``convolution_backward`` (cases as
+    :func:`convolution_backward`; the outputs its mask asks for, else None), each summed in
+    blocks of ``images`` images and the block sums added by compensated summation (SPEC VI
+    §2); or None when this case is not taken here."""
+    if len(args) != 11:
+        return None
+    go, x, w, _, stride, padding, dilation, transposed, _, groups, mask = args
+    if transposed or groups != 1 or not _conv_args(x, w, stride, padding, dilation):
+        return None
+    if not _cpu(go) or go.dim() != 4:
+        return None
+    if not go.is_contiguous() and go.is_contiguous(memory_format=torch.channels_last):
+        return None
+    co, c, kh, kw = (int(s) for s in w.shape)
+    n = int(x.shape[0])
+    hw_o = int(go.shape[2]) * int(go.shape[3])
+    cols = _Cols(_np(x), kh, kw, stride, padding, dilation)
+    if (cols.ho, cols.wo) != tuple(go.shape[2:]) or int(go.shape[1]) != co:
+        return None
+    from dk.pol.backends.blocked import neumaier_add  # blocked imports this module
+
+    threads.sync()
+    g3 = _np(go).reshape(n, co, hw_o)
+    sw, cw = np.zeros(co * cols.ck), np.zeros(co * cols.ck)
+    sb, cb = np.zeros(co), np.zeros(co)
+    for n0 in cols.chunks():  # chunks of whole blocks of images
+        b = min(cols.nb, n - n0)
+        g = g3[n0 : n0 + b]
+        if mask[1]:
+            part = np.matmul(_blasable(g), cols.get(n0).transpose(0, 2, 1))  # (b, Co, C·k)
+            neumaier_add(_block_sums(part, images), sw, cw)
+        if mask[2]:
+            neumaier_add(_block_sums(g.sum(axis=2), images), sb, cb)
+    gw = torch.from_numpy((sw + cw).reshape(co, c, kh, kw)) if mask[1] else None
+    gb = torch.from_numpy(sb + cb) if mask[2] else None
+    calls["weight_grad_blocks"] += 1
+    return gw, gb

@@ -37,7 +37,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from dk.crypto.hashing import tagged_hash
 from dk.errors import FormatError
-from dk.pol.backends import kernels64
+from dk.pol.backends import blocked, kernels64
 from dk.pol.backends import ops as op_tables
 from dk.pol.backends._scan import bounded_scan, round_scan
 from dk.pol.backends.bounds import (
@@ -224,10 +224,10 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             else:
                 new.append(a)
         uargs, ukwargs = tree_unflatten(new, spec)
-        fast = self.fast_kernels and self.bounded  # bounded sites only (SPEC VI §2)
-        out = kernels64.run(func, uargs, ukwargs) if fast else None
-        if out is None:
-            out = func(*uargs, **ukwargs)
+        if self.bounded and not ukwargs and blocked.is_blocked(func):  # SPEC VI §2
+            out = blocked.run(func, uargs, self._float64, self.fast_kernels)
+        else:
+            out = self._float64(func, uargs, ukwargs)
         name = func.__name__
         bounds = site_bounds(func, args, kwargs, out) if self.bounded else {}
         written: dict[int, torch.Tensor] = {}
@@ -246,6 +246,12 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             else:
                 res.append(o)
         return tree_unflatten(res, out_spec)
+
+    def _float64(self, func: Any, args: Any, kwargs: Any) -> Any:
+        """One float64 call: ``kernels64`` for bounded sites on the CPU, else ATen."""
+        fast = self.fast_kernels and self.bounded  # bounded sites only (SPEC VI §2)
+        out = kernels64.run(func, args, kwargs) if fast else None
+        return func(*args, **kwargs) if out is None else out
 
     # -- rounding ----------------------------------------------------------------------------
 
@@ -328,10 +334,10 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         s = bound.s()
         cap = bound_cap(self.t_bits)
         consts = (C_RECORD, C_MISSING, cap, cap // 2)
-        r, idx, any_tiny = bounded_scan(v, s, bound.k, consts, use_m)
+        r, idx, any_tiny = bounded_scan(v, s, (bound.k, bound.k_sum), consts, use_m)
         if any_tiny:  # 0 < |v| < 2^-125: exact distances and thresholds in NumPy
             tiny = np.flatnonzero((v != 0) & (np.abs(v) < _TINY))
-            thr = thresholds(v[tiny], s[tiny], bound.k, self.t_bits)[1 if use_m else 0]
+            thr = thresholds(v[tiny], s[tiny], bound.k, self.t_bits, bound.k_sum)[1 if use_m else 0]
             idx = np.union1d(idx, tiny[boundary_distance(v[tiny]) <= thr])
         return r, idx
 
@@ -341,7 +347,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         """``(t_e, m_e)`` of elements ``idx`` of a site (SPEC VI §2), units of 2^-29 gap."""
         if bound is None:
             return np.full(idx.size, float(self.t_bits)), np.full(idx.size, self.t_bits / 2)
-        return thresholds(v[idx], bound.s()[idx], bound.k, self.t_bits)
+        return thresholds(v[idx], bound.s()[idx], bound.k, self.t_bits, bound.k_sum)
 
     def finish(self) -> RoundingLog:
         """End the interval: the recorded log, or (replay) check the site count and trace."""
