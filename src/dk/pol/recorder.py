@@ -633,13 +633,16 @@ class Recorder:
     def _warn_if_clipped_twice(self, total: float, clip: float) -> None:
         """Warn (once) when the gradients arrive already clipped to the job's norm.
 
-        ``clip_grad_norm_`` scales to ``clip / (norm + 1e-6)``, which leaves a global norm a
-        hair below ``clip`` (within about ``1e-6 / norm`` of it), so the job's clipping scales
-        them again by a factor just below 1: the recorded step is not the replay's, which clips
-        once. An unclipped norm lands that close to ``clip`` about once in 10^5 steps; hence a
-        warning, not a refusal.
+        Called when the job's clipping is about to scale (``clip / (total + 1e-6) < 1``, so
+        ``total > clip − 1e-6``). ``clip_grad_norm_`` scales a norm ``o > clip`` to
+        ``clip·o / (o + 1e-6)``, less than ``1e-6`` below ``clip`` (and a float32 rounding
+        above it at times), which the job's clipping scales again by a factor just below 1:
+        the recorded step is not the replay's, which clips once. So a norm at most
+        ``clip·(1 + 2^-20)`` here means the loop clipped too. An unclipped norm lands in that
+        window about once in 10^6 steps; hence a warning, not a refusal. Not seen: a loop that
+        clips to a smaller norm than the job's, or clips by value.
         """
-        if self._clip_warned or not clip * (1.0 - 2.0**-16) <= total <= clip:
+        if self._clip_warned or not total <= clip * (1.0 + 2.0**-20):
             return
         self._clip_warned = True
         warnings.warn(

@@ -96,9 +96,16 @@ def _job(folder: Path, mode: str = "exact", **train: Any) -> Any:
 
 
 def _user_loop(
-    job: Any, run: Path, *, scheduler: bool = True, ascent: bool = False, clip: bool = False
+    job: Any,
+    run: Path,
+    *,
+    scheduler: bool = True,
+    ascent: bool = False,
+    clip: bool = False,
+    scale: float = 1.0,
 ) -> Any:
-    """An ordinary loop with the Recorder's three lines (``clip``: it clips too)."""
+    """An ordinary loop with the Recorder's three lines (``clip``: it clips too; ``scale``
+    multiplies its loss)."""
     model = build_model(job)
     opt = make_optimizer(job, model.parameters())
     sched = make_scheduler(job, opt) if scheduler else None
@@ -108,7 +115,7 @@ def _user_loop(
     for i, (x, y) in enumerate(loader):
         with rec.autocast():
             out = model(x)
-        loss = F.cross_entropy(out, y, label_smoothing=job.train["label_smoothing"]) / acc
+        loss = F.cross_entropy(out, y, label_smoothing=job.train["label_smoothing"]) * scale / acc
         (-loss if ascent else loss).backward()
         if i % acc == acc - 1:
             if clip:
@@ -158,14 +165,18 @@ def test_checkpoints_commit_buffers_and_the_user_loop_replays_bit_for_bit(
 
 
 @pytest.mark.filterwarnings("error")
-def test_a_loop_that_clips_too_is_warned_once(folder: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("clip", "scale"), [(0.05, 1.0), (1e-4, 1e-3)])
+def test_a_loop_that_clips_too_is_warned_once(
+    folder: Path, tmp_path: Path, clip: float, scale: float
+) -> None:
     """dk clips in the recorded ``opt.step()``; a loop that clips as well scales its gradients
-    twice (the replay clips once): one warning naming the cause. The loop that leaves the job's
-    clipping to dk (the one above, which replays bit for bit) gets none."""
-    job = _job(folder, clip_norm=0.05)  # below the gradients' norm: every step clips
-    _user_loop(job, tmp_path / "once")
+    twice (the replay clips once): one warning naming the cause, also where the norm before
+    clipping is small (1e-3: ``clip_grad_norm_``'s ``1e-6`` is then a large part of it). The
+    loop that leaves the job's clipping to dk (which replays bit for bit) gets none."""
+    job = _job(folder, clip_norm=clip)  # below the gradients' norm: every step clips
+    _user_loop(job, tmp_path / "once", scale=scale)
     with pytest.warns(UserWarning, match="clip_grad_norm_") as caught:
-        _user_loop(job, tmp_path / "twice", clip=True)
+        _user_loop(job, tmp_path / "twice", clip=True, scale=scale)
     assert len(caught) == 1 and "step 0" in str(caught[0].message)
 
 

@@ -1,4 +1,4 @@
-"""Blocked float64 convolutions: sums of at most ``BLOCK`` terms, added accurately (SPEC VI §2).
+"""Blocked float64 convolutions: sums of at most ``BLOCK`` terms, added accurately (SPEC VI §1).
 
 An element of a convolution output is a float64 sum of ``K`` exact products. Summed in one go
 (any order) its error is bounded by ``γ_K·S``, and a weight gradient's ``K`` is the batch times
@@ -8,14 +8,14 @@ a worker could steer. Blocked, the terms are split into blocks of whole units of
 ``BLOCK`` products where a unit is that small (input channels of the kernel window for a
 ``convolution``; images for the weight and bias gradients of ``convolution_backward``), each
 block is summed by any float64 kernel and the block sums are added by compensated summation
-(:func:`sum_parts`, :func:`neumaier_add`: error at most ``(2u + O(m·u²))·Σ|block sums|``):
+(:class:`Compensated`: error at most ``(2u + O(m²·u²))·Σ|block sums|``):
 
     |v − Σ x_i| ≤ γ_B·S + 2u·(1 + γ_B)·S + (bias) ≤ γ_(B+4)·S
 
-for blocks of ``B`` terms (``u = 2^-53``), so SPEC VI §2 puts ``K' = B + 8`` in ``γ`` wherever
-that is below ``K`` (:func:`block_terms`). The input gradient of ``convolution_backward`` is not
-blocked: a sum over output channels and the window (144 to 4,608 terms in common nets) whose
-blocking by channels cost three times its time here.
+for blocks of ``B`` terms (``u = 2^-53``), so SPEC VI §1 puts ``K' = B + 8`` in ``γ`` (§2) for
+an output summed in more than one block (:func:`block_terms`). The input gradient of
+``convolution_backward`` is not blocked: a sum over output channels and the window (144 to
+4,608 terms in common nets) whose blocking by channels cost three times its time here.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import numba
 import numpy as np
 import torch
 
-#: SPEC VI §2: the most products in one block of a blocked sum.
+#: SPEC VI §1: the most products in one block of a blocked sum.
 BLOCK = 64
-#: SPEC VI §2: ``K' = (terms per block) + SLACK``: the block sums' addition (``2u``), a bias and
+#: SPEC VI §1: ``K' = (terms per block) + SLACK``: the block sums' addition (``2u``), a bias and
 #: a rounding of the result, with room to spare.
 SLACK = 8
 
@@ -38,25 +38,10 @@ Conv = Callable[[Any, tuple[Any, ...], dict[str, Any]], Any]
 
 
 @numba.njit(cache=True, nogil=True)
-def _neumaier_rows(p, out):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
-    """``out[i] = Σ_j p[j, i]`` by Kahan–Babuška–Neumaier summation over ``j`` in order."""
-    for i in range(p.shape[1]):
-        s = p[0, i]
-        c = 0.0
-        for j in range(1, p.shape[0]):
-            x = p[j, i]
-            t = s + x
-            if abs(s) >= abs(x):
-                c += (s - t) + x
-            else:
-                c += (x - t) + s
-            s = t
-        out[i] = s + c
-
-
-@numba.njit(cache=True, nogil=True)
 def neumaier_add(p, s, c):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
-    """Add the rows ``p[j]`` in order to the running compensated sums ``(s, c)`` (flat)."""
+    """Add the rows ``p[j]`` in order to the running compensated sums ``(s, c)`` (flat):
+    Kahan–Babuška–Neumaier, each step IEEE-754 float64 operations in this order (no fast-math),
+    the same as :meth:`Compensated.add` off the CPU."""
     for j in range(p.shape[0]):
         for i in range(p.shape[1]):
             x = p[j, i]
@@ -68,68 +53,62 @@ def neumaier_add(p, s, c):  # type: ignore[no-untyped-def]  # pragma: no cover -
             s[i] = t
 
 
-def sum_rows(p: np.ndarray) -> np.ndarray:
-    """``Σ_j p[j]`` of a C-contiguous float64 ``(m, n)`` array, as :func:`sum_parts`."""
-    out = np.empty(p.shape[1])
-    _neumaier_rows(p, out)
+def finish(s: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``s + c`` of compensated sums; ``s`` itself where it is not finite (an infinite part
+    makes the compensation ``inf − inf``)."""
+    out: np.ndarray = np.where(np.isfinite(s), s + c, s)
     return out
 
 
+class Compensated:
+    """A running compensated sum of float64 tensors of one shape (SPEC VI §1, blocked sums):
+    within ``(2u + O(m²·u²))·Σ|parts|`` of the exact sum of the ``m`` parts added, ``u = 2^-53``
+    (Neumaier, parts in the order added). Holds two tensors the size of one part."""
+
+    def __init__(self) -> None:
+        self.s: torch.Tensor | None = None
+        self.c: torch.Tensor | None = None
+
+    def add(self, x: torch.Tensor) -> None:
+        """Add one part."""
+        if self.s is None or self.c is None:
+            self.s = x.detach().clone(memory_format=torch.contiguous_format)
+            self.c = torch.zeros_like(self.s)
+        elif x.device.type == "cpu":
+            xs = x.detach().contiguous().numpy().reshape(1, -1)
+            neumaier_add(xs, self.s.numpy().reshape(-1), self.c.numpy().reshape(-1))
+        else:
+            self.add_vectorised(x)
+
+    def add_vectorised(self, x: torch.Tensor) -> None:
+        """:meth:`add` on any device: :func:`neumaier_add`'s operations as tensor operations
+        (the same bits; tests compare them on the CPU)."""
+        if self.s is None or self.c is None:
+            self.add(x)
+            return
+        s, c = self.s, self.c
+        t = s + x
+        c += torch.where(s.abs() >= x.abs(), (s - t) + x, (x - t) + s)
+        self.s = t
+
+    def result(self) -> torch.Tensor:
+        """The sum of the parts added."""
+        if self.s is None or self.c is None:
+            raise ValueError("a sum of no parts")
+        return torch.where(torch.isfinite(self.s), self.s + self.c, self.s)
+
+
 def sum_parts(parts: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``Σ parts`` (float64 CPU tensors of one shape) by compensated summation, elementwise:
-    within ``(2u + O(m·u²))·Σ|parts|`` of the exact sum (Neumaier; ``u = 2^-53``), and the same
-    bits on every machine (IEEE-754 float64 operations in a fixed order, no fast-math).
+    """``Σ parts`` (float64 tensors of one shape), elementwise, by :class:`Compensated`.
 
     >>> a = torch.tensor([1e16], dtype=torch.float64)
     >>> float(sum_parts([a, torch.ones(1, dtype=torch.float64), -a]))
     1.0
     """
-    if not parts:
-        raise ValueError("sum of no parts")
-    if len(parts) == 1:
-        return parts[0]
-    if any(p.device.type != "cpu" for p in parts):
-        return sum2(parts)
-    stacked = torch.stack([p.contiguous() for p in parts]).reshape(len(parts), -1)
-    return torch.from_numpy(sum_rows(stacked.numpy())).reshape(parts[0].shape)
-
-
-def sum2(parts: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``Σ parts`` (float64, same shape) with an error below ``2u·Σ|parts|``, ``u = 2^-53``
-    (any device; :func:`sum_parts` is the faster CPU path).
-
-    A pairwise tree of error-free additions (TwoSum: ``s = a ⊕ b`` and its exact error ``e``);
-    the errors are added up in float64 beside the tree and to its sum at the end (Ogita, Rump
-    and Oishi's Sum2, pairwise): the result is within ``u·|Σ| + O(L²u²)·Σ|parts|`` of the
-    exact sum for ``L`` levels. Every step is one IEEE-754 float64 operation, so the result
-    does not depend on the machine.
-
-    >>> a = torch.tensor([1e16], dtype=torch.float64)
-    >>> float(sum2([a, torch.ones(1, dtype=torch.float64), -a]))
-    1.0
-    """
-    if not parts:
-        raise ValueError("sum2 of no parts")
-    vals = list(parts)
-    errs: list[torch.Tensor | None] = [None] * len(vals)
-    while len(vals) > 1:
-        nv: list[torch.Tensor] = []
-        ne: list[torch.Tensor | None] = []
-        for i in range(0, len(vals) - 1, 2):
-            a, b = vals[i], vals[i + 1]
-            s = a + b
-            bb = s - a
-            e = (a - (s - bb)) + (b - bb)
-            for prev in (errs[i], errs[i + 1]):
-                if prev is not None:
-                    e = e + prev
-            nv.append(s)
-            ne.append(e)
-        if len(vals) % 2:
-            nv.append(vals[-1])
-            ne.append(errs[-1])
-        vals, errs = nv, ne
-    return vals[0] if errs[0] is None else vals[0] + errs[0]
+    acc = Compensated()
+    for p in parts:
+        acc.add(p)
+    return acc.result()
 
 
 def _prod(xs: Sequence[int]) -> int:
@@ -146,7 +125,7 @@ def _per_block(window: int) -> int:
 
 
 def block_terms(name: str, args: Sequence[Any], k: Sequence[int | None]) -> list[int | None]:
-    """``K'`` of each output of a convolution call (SPEC VI §2): ``γ``'s term count.
+    """``K'`` of each output of a convolution call (SPEC VI §1): ``γ``'s term count.
 
     ``k`` holds the outputs' ``K`` (``bounds._term_counts``); an output summed in one block
     keeps it. Other operations: ``k`` unchanged.
@@ -166,13 +145,14 @@ def block_terms(name: str, args: Sequence[Any], k: Sequence[int | None]) -> list
 
 
 def _blocked(k: int | None, units: int, window: int, per: int | None = None) -> int | None:
-    """``K'`` of a sum over ``units`` units of ``window`` terms, blocked by whole units."""
+    """``K'`` of a sum over ``units`` units of ``window`` terms (``per`` of them in this output:
+    the bias gradient's), blocked by whole units (SPEC VI §1)."""
     if k is None:
         return None
     ub = _per_block(window)
     if units <= ub:
         return k  # one block: the plain sum
-    return min(k, ub * (window if per is None else per) + SLACK)
+    return ub * (window if per is None else per) + SLACK
 
 
 def _group_index(groups: int, per_group: int, lo: int, hi: int, device: Any) -> torch.Tensor:
@@ -182,7 +162,7 @@ def _group_index(groups: int, per_group: int, lo: int, hi: int, device: Any) -> 
 
 
 def convolution(args: Sequence[Any], conv: Conv, func: Any, fast: bool = False) -> torch.Tensor:
-    """``aten.convolution`` on float64 ``args``, blocked by input channels (SPEC VI §2).
+    """``aten.convolution`` on float64 ``args``, blocked by input channels (SPEC VI §1).
 
     ``conv(func, args, kwargs)`` computes one float64 convolution (any kernel); ``fast``:
     the blocks of a 2-D convolution from one im2col (``kernels64``) where it applies.
@@ -196,18 +176,17 @@ def convolution(args: Sequence[Any], conv: Conv, func: Any, fast: bool = False) 
         return one
     from dk.pol.backends import kernels64
 
-    stack = kernels64.convolution_blocks(tuple(a), ub) if fast else None
-    if stack is not None:  # (blocks, N, Co, Ho, Wo)
-        out = sum_rows(stack.reshape(stack.shape[0], -1))
-        return _with_bias(torch.from_numpy(out.reshape(stack.shape[1:])), bias)
-    parts = []
+    summed = kernels64.convolution_blocked(tuple(a), ub) if fast else None
+    if summed is not None:
+        return _with_bias(summed, bias)
+    acc = Compensated()
     for lo, hi in _chunks(units, ub):
         idx = _group_index(groups, units, lo, hi, x.device)
         xs = x.index_select(1, idx) if groups > 1 else x[:, lo:hi]
         # weight: (out, in/g, ...) or, transposed, (in, out/g, ...)
         ws = w.index_select(0, idx) if transposed else w[:, lo:hi]
-        parts.append(conv(func, (xs, ws, None, *a[3:]), {}))
-    return _with_bias(sum_parts(parts), bias)
+        acc.add(conv(func, (xs, ws, None, *a[3:]), {}))
+    return _with_bias(acc.result(), bias)
 
 
 def _with_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -219,7 +198,7 @@ def _with_bias(out: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 def convolution_backward(
     args: Sequence[Any], conv: Conv, func: Any, fast: bool = False
 ) -> tuple[Any, Any, Any]:
-    """``aten.convolution_backward`` on float64 ``args`` (SPEC VI §2): the weight and bias
+    """``aten.convolution_backward`` on float64 ``args`` (SPEC VI §1): the weight and bias
     gradients blocked by images (``fast``: through ``kernels64`` where it applies), the input
     gradient in one call (a sum over output channels and the kernel window: 144 to 4,608 terms
     in common nets, and blocking it by channels cost three times its time here)."""
@@ -243,23 +222,32 @@ def convolution_backward(
         elif n <= nb:
             _, gw, gb = conv(func, (go, x, w, *rest, wmask), {})
         else:
-            outs = [conv(func, (go[lo:hi], x[lo:hi], w, *rest, wmask), {}) for lo, hi in
-                    _chunks(n, nb)]  # fmt: skip
-            gw = sum_parts([o[1] for o in outs]) if mask[1] else None
-            gb = sum_parts([o[2] for o in outs]) if mask[2] else None
+            acc_w, acc_b = Compensated(), Compensated()
+            for lo, hi in _chunks(n, nb):
+                _, pw, pb = conv(func, (go[lo:hi], x[lo:hi], w, *rest, wmask), {})
+                if mask[1]:
+                    acc_w.add(pw)
+                if mask[2]:
+                    acc_b.add(pb)
+            gw = acc_w.result() if mask[1] else None
+            gb = acc_b.result() if mask[2] else None
     return gi, gw, gb
 
 
 _BLOCKED = {"convolution": convolution, "convolution_backward": convolution_backward}
 
 
-def is_blocked(func: Any) -> bool:
-    """Whether the ATen call ``func`` is a blocked site (SPEC VI §2): the ``default``
-    overloads of ``convolution`` and ``convolution_backward`` (others write an ``out=``)."""
-    return func._overloadname == "default" and func.overloadpacket.__name__ in _BLOCKED
+def applies(func: Any, kwargs: Any) -> bool:
+    """Whether the ATen call ``func(*args, **kwargs)`` is summed in blocks (SPEC VI §1): the
+    ``default`` overloads of ``convolution`` and ``convolution_backward`` (others write an
+    ``out=``), with every argument positional (as the dispatcher passes them). The rounded
+    mode blocks exactly these calls and ``bounds.site_bounds`` gives exactly them ``K'``."""
+    return (
+        not kwargs and func._overloadname == "default" and func.overloadpacket.__name__ in _BLOCKED
+    )
 
 
 def run(func: Any, args: Sequence[Any], conv: Conv, fast: bool = False) -> Any:
-    """``func(*args)`` (float64, positional) blocked as SPEC VI §2 says, each block through
+    """``func(*args)`` (float64, positional) blocked as SPEC VI §1 says, each block through
     ``conv(func, args, kwargs)`` (``fast``: ``kernels64``'s blocked kernels where they apply)."""
     return _BLOCKED[func.overloadpacket.__name__](args, conv, func, fast)

@@ -11,7 +11,8 @@ so two honest machines' values differ by at most ``2·γ_K·S``. ``S`` is the sa
 the absolute values of the inputs, computed here in float32 (a sum of non-negative terms: its
 relative error is at most about ``K·2^-24`` in any order) on the CPU, in float64 elsewhere.
 :func:`thresholds` turns it into the element's threshold in units of ``D`` (2^-29 gap), at most
-the job's ``t``: the log then holds only elements the bound says could round differently.
+``T_cap``: the log then holds only elements the bound says could round differently. Outputs
+summed in blocks (``blocked.py``, SPEC VI §1) put their blocked term count ``K'`` in ``γ``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from dk.pol.backends.blocked import block_terms
+from dk.pol.backends.blocked import applies, block_terms
 
-# SPEC VI §2: an element of a bounded site is logged within 3β + 2 (at most t) of a boundary,
-# and the verifier demands an entry within 0.9β (at most t/2); sums over K_MAX terms keep t.
+# SPEC VI §2: an element of a bounded site is logged within 2.5β + 2 (at most T_cap) of a
+# boundary, and the verifier demands an entry within 0.4β (at most T_cap/2); sums over K_MAX
+# terms keep t.
 C_RECORD = 2.5
 C_MISSING = 0.4
 K_MAX = 1 << 16
@@ -138,7 +140,7 @@ def site_bounds(func: Any, args: Any, kwargs: Any, out: Any) -> dict[int, Bound]
         return {}
     outs = list(out) if isinstance(out, tuple | list) else [out]
     ks = _term_counts(name, args, kwargs, outs)
-    kbs = block_terms(name, args, ks)
+    kbs = block_terms(name, args, ks) if applies(func, kwargs) else ks
     dev = next((o.device for o in outs if isinstance(o, torch.Tensor)), None)
     dtype = torch.float32 if dev is not None and dev.type == "cpu" else torch.float64
     memo: dict[int, torch.Tensor] = {}

@@ -10,13 +10,16 @@ need not use the same one. PyTorch's CPU build computes float64 matrix products 
   (``β·C`` and ``α`` applied after the product: at most two more roundings, which ``K``
   counts);
 * ``convolution`` (2-D, ``groups = 1``, not transposed, any stride, padding, dilation):
-  im2col by chunks of images that fit in cache, then one batched ``matmul`` per chunk;
-* ``convolution_backward`` (same cases): the weight gradient from the same columns and the
-  bias gradient (a NumPy sum) here; the input gradient from ATen, which is faster at it than
-  an im2col transpose (col2im) in NumPy.
+  im2col by chunks of images that fit in cache, then one batched ``matmul`` per chunk (a
+  convolution summed in one block, SPEC VI §1), or one per chunk and block of channels with
+  the blocks added by compensated summation (:func:`convolution_blocked`);
+* the weight and bias gradients of ``convolution_backward`` (same cases), from the same
+  columns, in blocks of images (:func:`weight_grad_blocks`); the input gradient stays with
+  ATen, which is faster at it than an im2col transpose (col2im) in NumPy.
 
 Every element is the same sum of exact float64 products (padding adds exact zeros) in another
-order, so ``K`` of SPEC VI §2 bounds it. Anything else (float32 or other dtypes, other devices,
+order (within each block), so ``K`` (``K'``) of SPEC VI §2 bounds it. Anything else (float32
+or other dtypes, other devices,
 transposed or grouped convolutions, channels-last layouts, outputs that are not bounded
 sites) returns ``None`` and the caller runs ATen. Results have ATen's shapes, dtypes and (for
 the cases taken here) its contiguous strides.
@@ -47,7 +50,7 @@ _F64 = torch.float64
 _CHUNK = 1 << 21  # bytes of im2col columns per chunk of images (fits in L2 + L3 slice)
 # Smallest convolution (multiply-adds, N·Co·C·kh·kw·Ho·Wo) taken here: below, ATen is as fast
 # (measured on one AVX2 core); tests set these to 0.
-MIN_MACS = {"convolution": 1 << 21, "convolution_backward": 1 << 22}
+MIN_MACS = {"convolution": 1 << 21}
 
 
 class _Threads:
@@ -243,54 +246,6 @@ def convolution(args: Any, kwargs: Any) -> Any:
     return torch.from_numpy(out.reshape(n, co, cols.ho, cols.wo))
 
 
-def convolution_backward(args: Any, kwargs: Any) -> Any:
-    """ATen ``convolution_backward`` of float64 CPU tensors (cases as :func:`convolution`):
-    the weight and bias gradients here, the input gradient from ATen (faster there), or None.
-
-    An output whose term count is over ``K_MAX`` (not a bounded site) is left to ATen too.
-    """
-    if kwargs or len(args) != 11:
-        return None
-    go, x, w, _, stride, padding, dilation, transposed, _, groups, mask = args
-    if transposed or groups != 1 or not _conv_args(x, w, stride, padding, dilation):
-        return None
-    if not _cpu(go) or go.dim() != 4:
-        return None
-    if not go.is_contiguous() and go.is_contiguous(memory_format=torch.channels_last):
-        return None
-    co, c, kh, kw = (int(s) for s in w.shape)
-    n, _, h, wd = (int(s) for s in x.shape)
-    hw_o = int(go.shape[2]) * int(go.shape[3])
-    want_w = bool(mask[1]) and n * max(hw_o, h * wd) <= K_MAX
-    want_b = bool(mask[2]) and n * hw_o <= K_MAX
-    if not (want_w or want_b):
-        return None
-    cols = _Cols(_np(x), kh, kw, stride, padding, dilation)
-    if (cols.ho, cols.wo) != tuple(go.shape[2:]) or int(go.shape[1]) != co:
-        return None
-    if n * co * cols.ck * hw_o < MIN_MACS["convolution_backward"]:
-        return None
-    threads.sync()
-    g3 = _np(go).reshape(n, co, hw_o)  # a view, or one copy
-    gw = gb = None
-    if want_w:  # Σ over images of (Co, Ho·Wo) @ (Ho·Wo, C·kh·kw)
-        acc = np.zeros((co, cols.ck))
-        for n0 in cols.chunks():
-            col = cols.get(n0)
-            part = np.matmul(_blasable(g3[n0 : n0 + col.shape[0]]), col.transpose(0, 2, 1))
-            acc += part.sum(axis=0)
-        gw = torch.from_numpy(acc.reshape(co, c, kh, kw))
-    if want_b:
-        gb = torch.from_numpy(np.ascontiguousarray(g3.sum(axis=(0, 2))))
-    rest = [bool(mask[0]), bool(mask[1]) and not want_w, bool(mask[2]) and not want_b]
-    gi = None
-    if any(rest):  # the input gradient, and outputs that are no bounded sites: ATen
-        aten = torch.ops.aten.convolution_backward.default(*args[:10], rest)
-        gi, gw, gb = (a if r else m for a, r, m in zip(aten, rest, (None, gw, gb), strict=True))
-    calls["convolution_backward"] += 1
-    return gi, gw, gb
-
-
 def run(func: Any, args: Any, kwargs: Any) -> Any:
     """The covered call ``func(*args, **kwargs)`` on float64 CPU tensors through a faster
     kernel, or None (the caller runs ATen): only ``.default`` overloads of bounded ops."""
@@ -301,8 +256,6 @@ def run(func: Any, args: Any, kwargs: Any) -> Any:
         return matmul(name, args, kwargs)
     if name == "convolution":
         return convolution(args, kwargs)
-    if name == "convolution_backward":
-        return convolution_backward(args, kwargs)
     return None
 
 
@@ -315,35 +268,43 @@ def _block_sums(parts: np.ndarray, images: int) -> np.ndarray:
     return np.stack([flat[i : i + images].sum(axis=0) for i in range(0, b, images)])
 
 
-def convolution_blocks(args: Any, units: int) -> np.ndarray | None:
-    """The partial outputs of a 2-D ``convolution`` (cases as :func:`convolution`, bias left
-    out), one per block of ``units`` input channels (SPEC VI §2), from one im2col:
-    ``(blocks, N, Co, Ho, Wo)``; or None."""
+def convolution_blocked(args: Any, units: int) -> torch.Tensor | None:
+    """A 2-D ``convolution`` (cases as :func:`convolution`) without its bias, summed in blocks
+    of ``units`` input channels (SPEC VI §1): one im2col, one product per block, the blocks
+    added by compensated summation as they come (memory: the output twice and one block's
+    product); or None."""
     if len(args) != 9:
         return None
     x, w, _, stride, padding, dilation, transposed, _, groups = args
     if transposed or groups != 1 or not _conv_args(x, w, stride, padding, dilation):
         return None
+    from dk.pol.backends.blocked import finish, neumaier_add  # blocked imports this module
+
     co, c, kh, kw = (int(s) for s in w.shape)
     cols = _Cols(_np(x), kh, kw, stride, padding, dilation)
-    n, per = int(x.shape[0]), kh * kw
+    n, per, hw = int(x.shape[0]), kh * kw, cols.ho * cols.wo
     threads.sync()
     w2 = _np(w).reshape(co, cols.ck)
-    bounds = [(c0 * per, min(c, c0 + units) * per) for c0 in range(0, c, units)]
-    outs = np.empty((len(bounds), n, co, cols.ho * cols.wo))
+    blocks = [(c0 * per, min(c, c0 + units) * per) for c0 in range(0, c, units)]
+    s, comp = np.zeros((n, co * hw)), np.zeros((n, co * hw))
+    part = np.empty((cols.nb, co, hw))
     for n0 in cols.chunks():
         col = cols.get(n0)
-        for (r0, r1), out in zip(bounds, outs, strict=True):
-            np.matmul(_blasable(w2[:, r0:r1]), col[:, r0:r1], out=out[n0 : n0 + col.shape[0]])
-    calls["convolution_blocks"] += 1
-    return outs.reshape(len(bounds), n, co, cols.ho, cols.wo)
+        b = col.shape[0]
+        sv, cv = s[n0 : n0 + b].reshape(-1), comp[n0 : n0 + b].reshape(-1)
+        for r0, r1 in blocks:
+            np.matmul(_blasable(w2[:, r0:r1]), col[:, r0:r1], out=part[:b])
+            neumaier_add(part[:b].reshape(1, -1), sv, cv)
+    calls["convolution_blocked"] += 1
+    return torch.from_numpy(finish(s, comp).reshape(n, co, cols.ho, cols.wo))
 
 
 def weight_grad_blocks(args: Any, images: int) -> tuple[Any, Any] | None:
-    """The weight and bias gradients of a 2-D ``convolution_backward`` (cases as
-    :func:`convolution_backward`; the outputs its mask asks for, else None), each summed in
-    blocks of ``images`` images and the block sums added by compensated summation (SPEC VI
-    §2); or None when this case is not taken here."""
+    """The weight and bias gradients of a 2-D ``convolution_backward`` (``groups = 1``, not
+    transposed; the outputs its mask asks for, else None), each summed in blocks of at most
+    ``images`` images and the block sums added by compensated summation (SPEC VI §1): one
+    product per chunk of images (``_Cols``; a chunk may end a block early, which only makes
+    that block smaller); or None when this case is not taken here."""
     if len(args) != 11:
         return None
     go, x, w, _, stride, padding, dilation, transposed, _, groups, mask = args
@@ -359,13 +320,13 @@ def weight_grad_blocks(args: Any, images: int) -> tuple[Any, Any] | None:
     cols = _Cols(_np(x), kh, kw, stride, padding, dilation)
     if (cols.ho, cols.wo) != tuple(go.shape[2:]) or int(go.shape[1]) != co:
         return None
-    from dk.pol.backends.blocked import neumaier_add  # blocked imports this module
+    from dk.pol.backends.blocked import finish, neumaier_add  # blocked imports this module
 
     threads.sync()
     g3 = _np(go).reshape(n, co, hw_o)
     sw, cw = np.zeros(co * cols.ck), np.zeros(co * cols.ck)
     sb, cb = np.zeros(co), np.zeros(co)
-    for n0 in cols.chunks():  # chunks of whole blocks of images
+    for n0 in cols.chunks():
         b = min(cols.nb, n - n0)
         g = g3[n0 : n0 + b]
         if mask[1]:
@@ -373,7 +334,7 @@ def weight_grad_blocks(args: Any, images: int) -> tuple[Any, Any] | None:
             neumaier_add(_block_sums(part, images), sw, cw)
         if mask[2]:
             neumaier_add(_block_sums(g.sum(axis=2), images), sb, cb)
-    gw = torch.from_numpy((sw + cw).reshape(co, c, kh, kw)) if mask[1] else None
-    gb = torch.from_numpy(sb + cb) if mask[2] else None
+    gw = torch.from_numpy(finish(sw, cw).reshape(co, c, kh, kw)) if mask[1] else None
+    gb = torch.from_numpy(finish(sb, cb)) if mask[2] else None
     calls["weight_grad_blocks"] += 1
     return gw, gb

@@ -224,7 +224,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             else:
                 new.append(a)
         uargs, ukwargs = tree_unflatten(new, spec)
-        if self.bounded and not ukwargs and blocked.is_blocked(func):  # SPEC VI §2
+        if self.bounded and blocked.applies(func, ukwargs):  # SPEC VI §1, blocked sums
             out = blocked.run(func, uargs, self._float64, self.fast_kernels)
         else:
             out = self._float64(func, uargs, ukwargs)
