@@ -277,6 +277,51 @@ def _blocked_replay_cases(v: np.ndarray, s: np.ndarray) -> list[dict[str, Any]]:
     return cases
 
 
+# SPEC VI §1: K and K' of the outputs of bounded operations, from their arguments' shapes.
+_CONV = {"stride": [1, 1], "padding": [1, 1], "dilation": [1, 1], "transposed": False,
+         "output_padding": [0, 0], "groups": 1, "bias": False}  # fmt: skip
+
+
+def _blocks_cases() -> list[dict[str, Any]]:
+    from dk.vectors.rounding import block_counts
+
+    fwd, bwd = "convolution", "convolution_backward"
+    specs: list[tuple[str, str, dict[str, Any]]] = [
+        ("3×3, 16 channels: blocks of 7 channels (63 terms)", fwd,
+         {"x": [32, 16, 16, 16], "w": [16, 16, 3, 3]}),
+        ("the same with a bias (K counts it, K' does not change)", fwd,
+         {"x": [32, 16, 16, 16], "w": [16, 16, 3, 3], "bias": True}),
+        ("3×3, 7 channels: one block, K' = K", fwd, {"x": [4, 7, 8, 8], "w": [5, 7, 3, 3]}),
+        ("groups 2: 16 channels per group, blocked per group", fwd,
+         {"x": [4, 32, 8, 8], "w": [8, 16, 3, 3], "groups": 2}),
+        ("1×1, 100 channels: blocks of 64 channels", fwd,
+         {"x": [2, 100, 5, 5], "w": [3, 100, 1, 1]}),
+        ("7×7 over 3 channels: one channel (49 terms) per block", fwd,
+         {"x": [2, 3, 20, 20], "w": [8, 3, 7, 7], "stride": [2, 2], "padding": [3, 3]}),
+        ("transposed, 24 input channels (w is in × out/groups × k × k)", fwd,
+         {"x": [2, 24, 5, 5], "w": [24, 8, 3, 3], "transposed": True}),
+        ("32 images of 16×16: grad input one block; grad weight, grad bias by images", bwd,
+         {"go": [32, 16, 16, 16], "x": [32, 16, 16, 16], "w": [16, 16, 3, 3]}),
+        ("8 images of 4×4: 4 images (64 terms) per block", bwd,
+         {"go": [8, 6, 4, 4], "x": [8, 5, 4, 4], "w": [6, 5, 3, 3]}),
+        ("2 images of 4×4: one block, K' = K", bwd,
+         {"go": [2, 6, 4, 4], "x": [2, 5, 4, 4], "w": [6, 5, 3, 3]}),
+        ("stride 2: the weight's unit is the larger input image, the bias's the output image", bwd,
+         {"go": [3, 4, 4, 4], "x": [3, 2, 8, 8], "w": [4, 2, 3, 3], "stride": [2, 2]}),
+        ("a mask without the input gradient", bwd,
+         {"go": [32, 16, 16, 16], "x": [32, 16, 16, 16], "w": [16, 16, 3, 3],
+          "mask": [False, True, False]}),
+    ]  # fmt: skip
+    cases = []
+    for comment, op, given in specs:
+        args = {**_CONV, **given}
+        if op == bwd:
+            args.setdefault("mask", [True, True, True])
+        k, k_sum = block_counts(op, args)
+        cases.append({"comment": comment, "op": op, "args": args, "k": k, "k_sum": k_sum})
+    return cases
+
+
 def _number(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"tcId": i + 1, **c} for i, c in enumerate(cases)]
 
@@ -291,5 +336,6 @@ def generate(root: Path, *, bundles: bool = True) -> None:
         "rounding-replay",
         _number(_replay_cases() + _bounded_replay_cases()),
     )
+    write_cases(root / "rounding" / "blocks.json", "rounding-blocks", _number(_blocks_cases()))
     if bundles:
         rounding_bundle.generate(root)

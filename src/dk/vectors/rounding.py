@@ -82,6 +82,40 @@ def _check_replay(case: dict[str, Any]) -> str:
     return "" if got == case["rounded"] else f"rounded {got} differs"
 
 
+def block_counts(op: str, a: dict[str, Any]) -> tuple[list[int | None], list[int | None]]:
+    """``(K, K')`` of each output of a ``convolution`` or ``convolution_backward`` call with
+    the shapes and parameters ``a`` (SPEC VI §1), on meta tensors (no data)."""
+    import torch
+
+    from dk.pol.backends.blocked import block_terms
+    from dk.pol.backends.bounds import _term_counts
+
+    def t(shape: list[int]) -> Any:
+        return torch.empty(shape, device="meta")
+
+    x, w = t(a["x"]), t(a["w"])
+    params = [a["stride"], a["padding"], a["dilation"], a["transposed"], a["output_padding"]]
+    if op == "convolution":
+        bias = t([a["w"][1] * a["groups"] if a["transposed"] else a["w"][0]]) if a["bias"] else None
+        args: tuple[Any, ...] = (x, w, bias, *params, a["groups"])
+        outs = [None]
+    else:
+        go = t(a["go"])
+        args = (go, x, w, [a["go"][1]], *params, a["groups"], a["mask"])
+        outs = [None, None, None]
+    k = _term_counts(op, args, {}, outs)
+    if op == "convolution_backward":
+        k = [kk if m else None for kk, m in zip(k, a["mask"], strict=True)]
+    return k, block_terms(op, args, k)
+
+
+def _check_blocks(case: dict[str, Any]) -> str:
+    k, k_sum = block_counts(case["op"], case["args"])
+    if k != case["k"]:
+        return f"K {k} differs from {case['k']}"
+    return "" if k_sum == case["k_sum"] else f"K' {k_sum} differs from {case['k_sum']}"
+
+
 def check(root: Path) -> list[CaseResult]:
     """Re-derive every case under ``root/rounding/``.
 
@@ -91,7 +125,11 @@ def check(root: Path) -> list[CaseResult]:
     Returns:
         One :class:`CaseResult` per case.
     """
-    results = run_cases(root, AREA, {"log.json": _check_log, "replay.json": _check_replay})
+    results = run_cases(
+        root,
+        AREA,
+        {"log.json": _check_log, "replay.json": _check_replay, "blocks.json": _check_blocks},
+    )
     return results + check_bundles(root)
 
 
