@@ -15,6 +15,7 @@ Deterministic (fixed values, no clock); ``python -m vectors.gen rounding``. Chec
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -185,7 +186,14 @@ def bounded_site_values() -> np.ndarray:
     return np.array([1.0 + ((1 << 28) + d) * 2.0**-52 if d < 1 << 28 else 1.5 for d in _BOUND_D])
 
 
-def _bounded_replay_cases() -> list[dict[str, Any]]:
+Add = Callable[..., None]
+
+
+def _site_cases(
+    name: str, k: int, k_sum: int | None
+) -> tuple[list[tuple[int, int, int]], Add, list[dict[str, Any]]]:
+    """The honest entries of a bounded site of ``bounded_site_values`` (``S = 2``, ``k`` terms,
+    ``k_sum`` blocked), a function adding a case with other entries, and the case list."""
     import torch
 
     from dk.pol.backends.bounds import Bound
@@ -193,29 +201,34 @@ def _bounded_replay_cases() -> list[dict[str, Any]]:
 
     v = bounded_site_values()
     s = np.full(v.size, _BOUND_S)
-    bound = {"k": _BOUND_K, "s": s.astype("<f8").tobytes().hex()}
+    bound: dict[str, Any] = {"k": k, "s": s.astype("<f8").tobytes().hex()}
+    if k_sum is not None:
+        bound = {"k": k, "k_sum": k_sum, "s": bound["s"]}
     mode = RoundedMode.record(job_id=JOB, interval=0, tau_log2=K)
-    mode.round_site(torch.from_numpy(v.copy()), "mm.default", Bound.given(_BOUND_K, s))
+    mode.round_site(torch.from_numpy(v.copy()), name, Bound.given(k, s, k_sum))
     honest = mode.finish()
-    e = honest.entries
-    assert [x[1] for x in e] == [0, 1, 2]  # D = 0, 20, 100: within t_e = 162
     cases: list[dict[str, Any]] = []
 
     def add(comment: str, entries: list[tuple[int, int, int]], reason: str | None = None) -> None:
         log = RoundingLog(**{**vars(honest), "entries": sorted(entries)})
         case: dict[str, Any] = {"comment": comment, "values": v.astype("<f8").tobytes().hex(),
-                                "name": "mm.default", "bound": bound,
+                                "name": name, "bound": bound,
                                 "log": log.encode().hex()}  # fmt: skip
         if reason is None:
             replay = RoundedMode.replay(log)
-            b = Bound.given(_BOUND_K, s)
-            r = replay.round_site(torch.from_numpy(v.copy()), "mm.default", b).numpy()
+            r = replay.round_site(torch.from_numpy(v.copy()), name, Bound.given(k, s, k_sum))
             replay.finish()
-            case.update(result="valid", rounded=r.astype("<f4").tobytes().hex())
+            case.update(result="valid", rounded=r.numpy().astype("<f4").tobytes().hex())
         else:
             case.update(result="invalid", expected_reason=reason)
         cases.append(case)
 
+    return honest.entries, add, cases
+
+
+def _bounded_replay_cases() -> list[dict[str, Any]]:
+    e, add, cases = _site_cases("mm.default", _BOUND_K, None)
+    assert [x[1] for x in e] == [0, 1, 2]  # D = 0, 20, 100: within t_e = 162
     add("bounded site: honest log (elements within t_e = 162 of a midpoint)", e)
     add("bounded site: entry between t_e and 2·t_e (allowed)", [*e, (0, 3, 1)])
     add("bounded site: the logged direction of an element within t_e reversed (allowed)",
@@ -228,46 +241,18 @@ def _bounded_replay_cases() -> list[dict[str, Any]]:
         [x for x in e if x[1] != 1], "ROUNDING_LOG_MISSING")  # fmt: skip
     add("bounded site: entry between m_e and t_e dropped (D = 100; not demanded)",
         [x for x in e if x[1] != 2])  # fmt: skip
-    cases += _blocked_replay_cases(v, s)
-    return cases
+    return cases + _blocked_replay_cases()
 
 
-# A blocked bounded site (SPEC VI §2): a convolution's weight gradient of K = 8192 terms summed
-# in blocks of one 8×8 image (64 terms), so K' = 72 in γ and beta ≈ 72.1, t_e ≈ 182 (an entry
-# accepted up to ≈ 364) and m_e ≈ 28.8; with K in γ, t_e would be ≈ 20,500.
+# A blocked bounded site (SPEC VI §1, §2): a convolution's weight gradient of K = 8192 terms
+# summed in blocks of one 8×8 image (64 terms), so K' = 72 in γ and beta ≈ 72.1, t_e ≈ 182 (an
+# entry accepted up to ≈ 364) and m_e ≈ 28.8; with K in γ, t_e would be ≈ 20,500.
 _BLOCK_K, _BLOCK_KSUM = 8192, 72
 
 
-def _blocked_replay_cases(v: np.ndarray, s: np.ndarray) -> list[dict[str, Any]]:
-    import torch
-
-    from dk.pol.backends.bounds import Bound
-    from dk.pol.backends.rounded import RoundedMode
-
-    name = "convolution_backward.default"
-    bound = {"k": _BLOCK_K, "k_sum": _BLOCK_KSUM, "s": s.astype("<f8").tobytes().hex()}
-    mode = RoundedMode.record(job_id=JOB, interval=0, tau_log2=K)
-    mode.round_site(torch.from_numpy(v.copy()), name, Bound.given(_BLOCK_K, s, _BLOCK_KSUM))
-    honest = mode.finish()
-    e = honest.entries
+def _blocked_replay_cases() -> list[dict[str, Any]]:
+    e, add, cases = _site_cases("convolution_backward.default", _BLOCK_K, _BLOCK_KSUM)
     assert [x[1] for x in e] == [0, 1, 2]  # D = 0, 20, 100: within t_e ≈ 182
-    cases: list[dict[str, Any]] = []
-
-    def add(comment: str, entries: list[tuple[int, int, int]], reason: str | None = None) -> None:
-        log = RoundingLog(**{**vars(honest), "entries": sorted(entries)})
-        case: dict[str, Any] = {"comment": comment, "values": v.astype("<f8").tobytes().hex(),
-                                "name": name, "bound": bound,
-                                "log": log.encode().hex()}  # fmt: skip
-        if reason is None:
-            replay = RoundedMode.replay(log)
-            b = Bound.given(_BLOCK_K, s, _BLOCK_KSUM)
-            r = replay.round_site(torch.from_numpy(v.copy()), name, b).numpy()
-            replay.finish()
-            case.update(result="valid", rounded=r.astype("<f4").tobytes().hex())
-        else:
-            case.update(result="invalid", expected_reason=reason)
-        cases.append(case)
-
     add("blocked site (K = 8192, K' = 72): honest log (elements within t_e ≈ 182)", e)
     add("blocked site: entry between t_e and 2·t_e (D = 300, allowed)", [*e, (0, 3, 1)])
     add("blocked site: entry at D = 1000, inside the unblocked bound (γ_K) but not the blocked "
