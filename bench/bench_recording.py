@@ -8,6 +8,8 @@ timed from outside, imports included, each against the same loop without recordi
    accumulation 2, bf16 autocast on CPU): the user's own loop with the Recorder attached /
    the same loop without it (:func:`lm_loop`), ``DK_BENCH_LM_STEPS`` (default 1,000) steps,
    k = 100 (target <= 1.02).
+3. ``DK_BENCH_CALLGRIND=N`` (off by default; needs valgrind): the loops of 2. counted in
+   instructions under callgrind at N and 2N steps, whole process (:func:`lm_instructions`).
 
 Each figure is the minimum over ``DK_BENCH_REPS`` (default 3) runs, baseline and candidate
 interleaved, after one warm-up run of each; wall and CPU (user + system of the child) are both
@@ -213,6 +215,62 @@ def lm(tmp: Path, steps: int, reps: int) -> None:
             [*loop, "plain"], [*loop, "record"], work / "run", 1.02, reps)  # fmt: skip
 
 
+def instructions(args: list[str], cwd: Path) -> int:
+    """User-space instructions of one process and its threads, counted by callgrind (the same
+    count whatever the machine's load)."""
+    out = cwd / "callgrind.out"
+    log = subprocess.run(
+        ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *args],
+        cwd=cwd, env=_env(cwd), check=True, capture_output=True, text=True,
+    ).stderr  # fmt: skip
+    out.unlink(missing_ok=True)
+    return parse_collected(log)
+
+
+def parse_collected(log: str) -> int:
+    """The ``Collected : N`` count of a callgrind log.
+
+    >>> parse_collected("==7== Events : Ir  ==7== Collected : 26926367963")
+    26926367963
+    """
+    for line in log.splitlines():
+        if "Collected :" in line:
+            return int(line.split("Collected :")[1].split()[0])
+    raise ValueError("no 'Collected' line in the callgrind log")
+
+
+def lm_instructions(tmp: Path, steps: int, short: int) -> None:
+    """Issue 12, counted: the tiny_lm loops of :func:`lm` at ``short`` and ``2·short`` steps
+    under callgrind, split into a fixed count and a count per step, and the whole-process
+    ratio extrapolated to ``steps`` (``DK_BENCH_CALLGRIND=SHORT``; about 10 minutes a run at
+    100 steps). Time on a shared machine swings more than the 2 % target; instructions do not,
+    though they weigh a cache miss or a slow instruction like any other."""
+    counts: dict[tuple[str, int], int] = {}
+    for n in (short, 2 * short):
+        work = tmp / f"lm-ir{n}"
+        lm_job(work, n)
+        for mode in ("plain", "record"):
+            args = [PY, "-m", "bench.bench_recording", "lm-loop", str(work), mode]
+            if n == short:  # warm, natively: the bytecode cache (else compiling is counted)
+                shutil.rmtree(work / "run", ignore_errors=True)
+                timed(args, tmp)
+            shutil.rmtree(work / "run", ignore_errors=True)
+            counts[mode, n] = instructions(args, tmp)
+    line = {}
+    for mode in ("plain", "record"):
+        per = (counts[mode, 2 * short] - counts[mode, short]) / short
+        line[mode] = (counts[mode, short] - per * short, per)
+        print(f"instructions  tiny_lm {mode:6s}: {line[mode][0] / 1e9:.3f} G fixed + "
+              f"{per / 1e6:.2f} M per step")  # fmt: skip
+    (fp, pp), (fr, pr) = line["plain"], line["record"]
+    at_short = counts["record", short] / counts["plain", short]
+    at_steps = (fr + pr * steps) / (fp + pp * steps)
+    print(
+        f"  ratio whole process: {at_short:.4f} at {short} steps, {at_steps:.4f} at {steps} "
+        f"steps (target <= 1.02 on time: {_verdict(at_steps, 1.02)} in instructions)"
+    )
+
+
 def main() -> None:
     reps = int(os.environ.get("DK_BENCH_REPS", "3"))
     steps = int(os.environ.get("DK_BENCH_STEPS", "10000"))
@@ -224,6 +282,9 @@ def main() -> None:
             cnn(tmp, steps, reps)
         if "lm" in which:
             lm(tmp, lm_steps, reps)
+        short = int(os.environ.get("DK_BENCH_CALLGRIND", "0"))
+        if short > 0 and shutil.which("valgrind"):
+            lm_instructions(tmp, lm_steps, short)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
