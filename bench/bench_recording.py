@@ -1,5 +1,6 @@
-"""Recording overhead, whole process (issue 11 §5, issue 12 "Benchmarks"): separate processes
-timed from outside, imports included, each against the same loop without recording.
+"""Recording overhead (issue 11 §5, issue 12 "Benchmarks"), each against the same loop without
+recording: separate processes timed from outside, imports included (1, 2, 4), and the two
+loops paired in one process (3).
 
 1. ``dk train JOB`` / ``python -m bench.plain_train JOB``: a small CNN on the digits samples,
    exact mode on dk's kernels, ``DK_BENCH_STEPS`` (default 10,000) steps, k = 50 (target <=
@@ -8,17 +9,24 @@ timed from outside, imports included, each against the same loop without recordi
    accumulation 2, bf16 autocast on CPU): the user's own loop with the Recorder attached /
    the same loop without it (:func:`lm_loop`), ``DK_BENCH_LM_STEPS`` (default 1,000) steps,
    k = 100 (target <= 1.02).
-3. ``DK_BENCH_CALLGRIND=N`` (off by default; needs valgrind): the loops of 2. counted in
+3. The loops of 2. paired in one process (:func:`lm_paired`): advanced by turns of 10 steps
+   and compared interval by interval, so a neighbour's load slows both sides of a pair alike
+   (two whole processes minutes apart swing by more than the 2 % target on a shared
+   machine); the Recorder's set-up, ``finish`` and commit thread are counted on its side.
+4. ``DK_BENCH_CALLGRIND=N`` (off by default; needs valgrind): the loops of 2. counted in
    instructions under callgrind at N and 2N steps, whole process (:func:`lm_instructions`).
 
-Each figure is the minimum over ``DK_BENCH_REPS`` (default 3) runs, baseline and candidate
-interleaved, after one warm-up run of each; wall and CPU (user + system of the child) are both
-shown: on a shared machine the CPU ratio is the steadier one. ``DK_BENCH_RECORDING_BASE=DIR``
-(another checkout's ``src``) adds that version's recorded run to the interleaving, so two
-versions of the recorder are compared in one run (``old`` in the output); ``DK_BENCH_VERBOSE=1``
-prints every run with the load average at its end. Child processes run with a
-bytecode cache (in the temporary directory) even where ``PYTHONDONTWRITEBYTECODE`` is set,
-as an installed package would: without it every process recompiles dk's modules.
+``DK_BENCH_RECORDING`` picks the parts (default ``cnn,lm,lm-paired``).
+
+Each figure of 1. and 2. is the minimum over ``DK_BENCH_REPS`` (default 3) runs, baseline and
+candidate interleaved, after one warm-up run of each; wall and CPU (user + system of the child)
+are both shown: on a shared machine the CPU ratio is the steadier one.
+``DK_BENCH_RECORDING_BASE=DIR`` (another checkout's ``src``) adds that version's recorded run to
+the interleaving, so two versions of the recorder are compared in one run (``old`` in the
+output); ``DK_BENCH_VERBOSE=1`` prints every run with the load average at its end. Child
+processes run with a bytecode cache (in the temporary directory) even where
+``PYTHONDONTWRITEBYTECODE`` is set, as an installed package would: without it every process
+recompiles dk's modules.
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ from __future__ import annotations
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +114,9 @@ def compare(
     verdicts = f"wall {_verdict(rw / pw, target)}, CPU {_verdict(rc / pc, target)}"
     print(f"  ratio wall {rw / pw:.3f}   CPU {rc / pc:.3f}   (target <= {target}: {verdicts})"
           f"   {_load()}")  # fmt: skip
+    pairs = sorted(b[1] / a[1] for a, b in zip(p, r, strict=True))
+    print(f"  CPU ratio of each rep's pair (plain, then recorded): median "
+          f"{statistics.median(pairs):.3f}, {pairs[0]:.3f}..{pairs[-1]:.3f}")  # fmt: skip
     if o:
         ow, oc = _best(o)
         print(f"  old ({old}): ratio wall {ow / pw:.3f}   CPU {oc / pc:.3f}")
@@ -145,13 +158,15 @@ def lm_job(work: Path, steps: int, interval: int = 100) -> Any:
     return example.consumer(work, steps=steps, interval=interval, text_bytes=100_000, tolerance=0.2)
 
 
-def lm_loop(work: Path, record: bool) -> None:
+def lm_steps(work: Path, record: bool) -> Iterator[int]:
     """The tiny_lm example's own training loop (examples/tiny_lm/example.py ``worker``), with
     the Recorder (its three ``# dk`` lines) or without it (the job's batches, in the job's
-    order, from the same data and sampler; no seeding, no checks, nothing written). Both clip
-    the gradients once by the job's global norm: without the Recorder the loop calls
-    ``clip_grad_norm_``; with it the recorded ``opt.step()`` does (the example's loop leaves
-    the job's clipping to dk)."""
+    order, from the same data and sampler; no seeding, no checks, nothing written), one
+    optimizer step at a time: yields 0 once set up (model, optimizer, schedule, data; with
+    the Recorder, attached), then the number of each step done; the last ``next`` (with the
+    Recorder, ``finish``) ends it. Both clip the gradients once by the job's global norm:
+    without the Recorder the loop calls ``clip_grad_norm_``; with it the recorded
+    ``opt.step()`` does (the example's loop leaves the job's clipping to dk)."""
     import math
 
     import torch
@@ -191,6 +206,7 @@ def lm_loop(work: Path, record: bool) -> None:
         def autocast() -> Any:
             return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
 
+    yield 0
     for i, (x, y) in enumerate(loader):
         with autocast():
             logits = model(x)
@@ -202,8 +218,78 @@ def lm_loop(work: Path, record: bool) -> None:
             opt.step()
             sched.step()
             opt.zero_grad()
+            yield (i + 1) // acc
     if record:
         rec.finish()
+
+
+def lm_loop(work: Path, record: bool) -> None:
+    """:func:`lm_steps` to the end, in one go."""
+    for _ in lm_steps(work, record):
+        pass
+
+
+def _advance(steps: Iterator[int], n: int | None) -> float:
+    """CPU seconds of this thread to take ``n`` more steps of ``steps`` (None: to its end)."""
+    c0 = time.thread_time()
+    if n is None:
+        for _ in steps:
+            pass
+    else:
+        for _ in range(n):
+            next(steps)
+    return time.thread_time() - c0
+
+
+def lm_paired(tmp: Path, steps: int, interval: int = 100, chunk: int = 10) -> tuple[float, float]:
+    """Issue 12, paired in one process: the recorded and the plain loop of :func:`lm_steps`
+    advanced by turns of ``chunk`` steps, the first of each turn alternating, and summed per
+    interval (``interval`` steps, a multiple of ``chunk``); each turn's CPU is this
+    thread's. First, uncounted, a plain loop takes two
+    steps: the imports and torch's first-step costs, which both sides need (in their own
+    processes each pays them; here only the first would). The recorded side then carries
+    its own set-up (``Recorder``, ``attach``, checkpoint 0), ``finish`` (the last commits,
+    one sync, ``run.json``) and all the CPU of every other thread of the process (the
+    Recorder's commit thread; torch has one thread). Returns (median of the per-interval
+    ratios, each with its share of those, ratio of the totals).
+
+    Neighbours on a shared machine slow both sides of a pair alike, so the per-pair ratio is
+    far steadier than two whole processes minutes apart. The imports only the Recorder
+    needs are not in it: whole-process instructions are :func:`lm_instructions`'s."""
+    work = tmp / "lm-paired"
+    lm_job(work, steps, interval)
+    shutil.rmtree(work / "run", ignore_errors=True)
+    warm = lm_steps(work, False)  # imports and torch's first step, which both sides need
+    _advance(warm, 2)
+    warm.close()
+    c0, main0 = time.process_time(), time.thread_time()
+    rec, plain = lm_steps(work, True), lm_steps(work, False)
+    fixed_r = _advance(rec, 1)
+    fixed_p = _advance(plain, 1)
+    pairs = []
+    for _ in range(steps // interval):
+        turn = {"r": 0.0, "p": 0.0}
+        for j in range(interval // chunk):
+            order = [(rec, "r"), (plain, "p")][:: 1 if j % 2 == 0 else -1]
+            for it, who in order:
+                turn[who] += _advance(it, chunk)
+        pairs.append((turn["r"], turn["p"]))
+    fixed_r += _advance(rec, None)
+    fixed_p += _advance(plain, None)
+    other = (time.process_time() - c0) - (time.thread_time() - main0)
+    tr = fixed_r + sum(r for r, _ in pairs) + max(0.0, other)
+    tp = fixed_p + sum(p for _, p in pairs)
+    share = (fixed_r - fixed_p + max(0.0, other)) / len(pairs)
+    median = statistics.median((r + share) / p for r, p in pairs)
+    print(f"recording  tiny_lm, paired in one process, {steps} steps, k={interval}: "
+          f"plain {tp:.2f} s CPU   recorded {tr:.2f} s CPU (set-up and finish "
+          f"{fixed_r:.2f} s vs {fixed_p:.2f} s, other threads {other:.2f} s)")  # fmt: skip
+    spread = sorted(r / p for r, p in pairs)
+    print(f"  ratio of totals {tr / tp:.3f}   median of {len(pairs)} interval pairs "
+          f"{median:.3f} (each with its share of the fixed and other-thread CPU; "
+          f"bare pairs {spread[0]:.3f}..{spread[-1]:.3f})   (target <= 1.02: totals "
+          f"{_verdict(tr / tp, 1.02)}, median {_verdict(median, 1.02)})   {_load()}")  # fmt: skip
+    return median, tr / tp
 
 
 def lm(tmp: Path, steps: int, reps: int) -> None:
@@ -274,17 +360,19 @@ def lm_instructions(tmp: Path, steps: int, short: int) -> None:
 def main() -> None:
     reps = int(os.environ.get("DK_BENCH_REPS", "3"))
     steps = int(os.environ.get("DK_BENCH_STEPS", "10000"))
-    lm_steps = int(os.environ.get("DK_BENCH_LM_STEPS", "1000"))
+    n_lm = int(os.environ.get("DK_BENCH_LM_STEPS", "1000"))
     tmp = Path(tempfile.mkdtemp(prefix="dk-bench-rec-"))
     try:
-        which = os.environ.get("DK_BENCH_RECORDING", "cnn,lm").split(",")
+        which = os.environ.get("DK_BENCH_RECORDING", "cnn,lm,lm-paired").split(",")
         if "cnn" in which:
             cnn(tmp, steps, reps)
         if "lm" in which:
-            lm(tmp, lm_steps, reps)
+            lm(tmp, n_lm, reps)
+        if "lm-paired" in which:
+            lm_paired(tmp, n_lm)
         short = int(os.environ.get("DK_BENCH_CALLGRIND", "0"))
         if short > 0 and shutil.which("valgrind"):
-            lm_instructions(tmp, lm_steps, short)
+            lm_instructions(tmp, n_lm, short)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

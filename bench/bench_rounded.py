@@ -4,7 +4,10 @@ Per model and size, one interval of ``STEPS`` steps: training time rounded / pla
 <= 2.5x on CPU), replay time / recorded training time (target <= 1.1x), and log bytes per
 interval / checkpoint bytes (target <= 1 %). "Before" columns run the same interval under the
 version-2 rule (every element's threshold the job's ``t``, no error bounds; SPEC VI §2), so the
-bounded sites' cost (one operation on absolute values per bounded call) and gain show.
+bounded sites' cost (one operation on absolute values per bounded call) and gain show. The last
+two columns are the CPU training ratio of the same interval with ATen's float64 kernels instead
+of ``kernels64``'s ("ATen") and with convolutions summed in one block as in log version 3
+("unblk"): what the fast kernels buy and what blocking costs.
 Every figure is measured in this run, on torch's thread count ``DK_BENCH_THREADS`` (default
 1: on a shared machine a second thread measures the neighbours more than torch); the first
 step of each run warms up and is not timed.
@@ -12,8 +15,10 @@ step of each run warms up and is not timed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 STEPS = 4
@@ -55,6 +60,9 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
     fixed_s, fixed_cpu = _timed(bf, lambda: fixed, warm=False)
     fixed_log = fixed.finish()
     ckpt = len(encode_tensors(ex.state_tensors(b["model"], b["opt"])))
+    aten = _variant(kind, cfg, fast_kernels=False)
+    with _unblocked():
+        unblocked = _variant(kind, cfg)
     b2 = ex.build(kind, **cfg)
     ex.train(b2, range(1), lambda: RoundedMode.record(job_id=bytes(32), interval=0))
     rep = RoundedMode.replay(log)
@@ -68,7 +76,43 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
             "entries": len(log.entries), "sites": log.sites, "ckpt_bytes": ckpt,
             "fixed_s": fixed_s, "fixed_cpu": fixed_cpu, "fixed_entries": len(fixed_log.entries),
             "fixed_log_bytes": len(fixed_log.encode()),
+            "aten_s": aten[0], "aten_cpu": aten[1],
+            "unblocked_s": unblocked[0], "unblocked_cpu": unblocked[1],
             "entries_at_k": per_k}  # fmt: skip
+
+
+def _variant(kind: str, cfg: dict[str, Any], **flags: Any) -> tuple[float, float]:
+    """(wall s, CPU s) of one recorded interval with ``RoundedMode`` attributes ``flags`` set
+    (``fast_kernels=False``: ATen's float64 kernels for every site, not ``kernels64``'s)."""
+    from dk.pol.backends import examples as ex
+    from dk.pol.backends.rounded import RoundedMode
+
+    def mode(interval: int) -> RoundedMode:
+        m = RoundedMode.record(job_id=bytes(32), interval=interval)
+        for k, v in flags.items():
+            setattr(m, k, v)
+        return m
+
+    b = ex.build(kind, **cfg)
+    ex.train(b, range(1), lambda: mode(0))
+    rec = mode(1)
+    t = _timed(b, lambda: rec, warm=False)
+    rec.finish()
+    return t
+
+
+@contextlib.contextmanager
+def _unblocked() -> Iterator[None]:
+    """Sum convolutions in one block each, as log version 3 did (a cost comparison only: the
+    logs it gives are not version 4's, SPEC VI §1 "Blocked sums")."""
+    from dk.pol.backends import blocked, bounds
+
+    saved = blocked.applies, bounds.applies
+    blocked.applies = bounds.applies = lambda func, kwargs: False
+    try:
+        yield
+    finally:
+        blocked.applies, bounds.applies = saved
 
 
 def discrepancy() -> dict[str, tuple[float, int, dict[int, float], float, int, int]]:
@@ -203,7 +247,7 @@ def main() -> None:
     print(f"{'model':8} {'width':>5} {'plain s':>8} {'round s':>8} {'train x':>8} "
           f"{'replay x':>8} {'log B':>8} {'ckpt B':>9} {'log/ckpt':>9} {'CPU train x':>11} "
           f"{'CPU replay x':>12} | before: {'log/ckpt':>8} {'train x':>8} "
-          f"{'CPU train x':>11}")  # fmt: skip
+          f"{'CPU train x':>11} | CPU train x: {'ATen':>5} {'unblk':>5}")  # fmt: skip
     for kind, sizes in SIZES.items():
         for width, batch in sizes:
             m = measure(kind, width, batch)
@@ -217,7 +261,8 @@ def main() -> None:
             print(f"{kind:8} {width:5d} {m['plain_s']:8.3f} {m['rounded_s']:8.3f} {tr:7.2f}x "
                   f"{rp:7.2f}x {m['log_bytes']:8d} {m['ckpt_bytes']:9d} {100 * lg:8.2f}% "
                   f"{ctr:10.2f}x {crp:11.2f}x | before: {100 * blg:7.2f}% {btr:7.2f}x "
-                  f"{bctr:10.2f}x", flush=True)  # fmt: skip
+                  f"{bctr:10.2f}x | {' ' * 13}{m['aten_cpu'] / m['plain_cpu']:4.2f}x "
+                  f"{m['unblocked_cpu'] / m['plain_cpu']:4.2f}x", flush=True)  # fmt: skip
             ks = "  ".join(f"k={k}: {n}" for k, n in m["entries_at_k"].items())
             print(f"{'':8} entries {m['entries']} (before {m['fixed_entries']}); of these, "
                   f"by k: {ks}", flush=True)  # fmt: skip
