@@ -24,8 +24,9 @@ transposed or grouped convolutions, channels-last layouts, outputs that are not 
 sites) returns ``None`` and the caller runs ATen. Results have ATen's shapes, dtypes and (for
 the cases taken here) its contiguous strides.
 
-``S`` (``bounds.py``) stays with ATen: NumPy's float32 products on absolute values were no
-faster here (0.7-1.2x of torch's on a transformer's shapes).
+``S`` (``bounds.py``) stays with ATen where it is computed whole: NumPy's float32 products on
+absolute values were no faster here (0.7-1.2x of torch's on a transformer's shapes); a
+matrix product's ``S`` is computed only where a norm bound does not clear the element.
 
 NumPy's BLAS has its own thread pool: it is set to torch's intra-op thread count
 (``torch.get_num_threads()``) before each call through ``threadpoolctl`` (every OpenBLAS loaded at

@@ -331,14 +331,18 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         self, v: np.ndarray, bound: Bound, *, use_m: bool
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(float32 rounding of v, elements with D <= t_e)`` (``use_m``: ``D <= m_e``)."""
-        s = bound.s()
+        s = bound.s_upper()
         cap = bound_cap(self.t_bits)
         consts = (C_RECORD, C_MISSING, cap, cap // 2)
+        which = 1 if use_m else 0
         r, idx, any_tiny = bounded_scan(v, s, (bound.k, bound.k_sum), consts, use_m)
         if any_tiny:  # 0 < |v| < 2^-125: exact distances and thresholds in NumPy
             tiny = np.flatnonzero((v != 0) & (np.abs(v) < _TINY))
-            thr = thresholds(v[tiny], s[tiny], bound.k, self.t_bits, bound.k_sum)[1 if use_m else 0]
+            thr = thresholds(v[tiny], s[tiny], bound.k, self.t_bits, bound.k_sum)[which]
             idx = np.union1d(idx, tiny[boundary_distance(v[tiny]) <= thr])
+        if bound.refine and idx.size:  # s bounds S from above: the flagged, with their own S
+            thr = thresholds(v[idx], bound.s_at(idx), bound.k, self.t_bits, bound.k_sum)[which]
+            idx = idx[boundary_distance(v[idx]) <= thr]
         return r, idx
 
     def _thresholds(
@@ -347,7 +351,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         """``(t_e, m_e)`` of elements ``idx`` of a site (SPEC VI §2), units of 2^-29 gap."""
         if bound is None:
             return np.full(idx.size, float(self.t_bits)), np.full(idx.size, self.t_bits / 2)
-        return thresholds(v[idx], bound.s()[idx], bound.k, self.t_bits, bound.k_sum)
+        return thresholds(v[idx], bound.s_at(idx), bound.k, self.t_bits, bound.k_sum)
 
     def finish(self) -> RoundingLog:
         """End the interval: the recorded log, or (replay) check the site count and trace."""
