@@ -31,6 +31,7 @@ recompiles dk's modules.
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import shutil
@@ -101,10 +102,13 @@ def compare(
         shutil.rmtree(run_dir, ignore_errors=True)
         timed(recorded, tmp, old)
     p, r, o = [], [], []
-    for _ in range(reps):
-        p.append(timed(plain, tmp))
+    for rep in range(reps):  # the order alternates, so neither side always runs first
+        if rep % 2 == 0:
+            p.append(timed(plain, tmp))
         shutil.rmtree(run_dir, ignore_errors=True)
         r.append(timed(recorded, tmp))
+        if rep % 2 == 1:
+            p.append(timed(plain, tmp))
         if old:
             shutil.rmtree(run_dir, ignore_errors=True)
             o.append(timed(recorded, tmp, old))
@@ -115,7 +119,7 @@ def compare(
     print(f"  ratio wall {rw / pw:.3f}   CPU {rc / pc:.3f}   (target <= {target}: {verdicts})"
           f"   {_load()}")  # fmt: skip
     pairs = sorted(b[1] / a[1] for a, b in zip(p, r, strict=True))
-    print(f"  CPU ratio of each rep's pair (plain, then recorded): median "
+    print(f"  CPU ratio of each rep's pair (adjacent runs, order alternating): median "
           f"{statistics.median(pairs):.3f}, {pairs[0]:.3f}..{pairs[-1]:.3f}")  # fmt: skip
     if o:
         ow, oc = _best(o)
@@ -229,29 +233,47 @@ def lm_loop(work: Path, record: bool) -> None:
         pass
 
 
-def _advance(steps: Iterator[int], n: int | None) -> float:
-    """CPU seconds of this thread to take ``n`` more steps of ``steps`` (None: to its end)."""
-    c0 = time.thread_time()
+class _GcClock:
+    """This thread's CPU inside Python's cycle collector (``gc.callbacks``): the collector is
+    shared by both loops of :func:`lm_paired`, so its time is charged to the recorded side
+    whichever turn it lands in."""
+
+    def __init__(self) -> None:
+        self.total, self._t0 = 0.0, 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.thread_time()
+        else:
+            self.total += time.thread_time() - self._t0
+
+
+def _advance(steps: Iterator[int], n: int | None, gc_clock: _GcClock | None = None) -> float:
+    """CPU seconds of this thread to take ``n`` more steps of ``steps`` (None: to its end),
+    less the cycle collector's (``gc_clock``)."""
+    c0, g0 = time.thread_time(), gc_clock.total if gc_clock else 0.0
     if n is None:
         for _ in steps:
             pass
     else:
         for _ in range(n):
             next(steps)
-    return time.thread_time() - c0
+    return time.thread_time() - c0 - ((gc_clock.total - g0) if gc_clock else 0.0)
 
 
 def lm_paired(tmp: Path, steps: int, interval: int = 100, chunk: int = 10) -> tuple[float, float]:
     """Issue 12, paired in one process: the recorded and the plain loop of :func:`lm_steps`
     advanced by turns of ``chunk`` steps, the first of each turn alternating, and summed per
-    interval (``interval`` steps, a multiple of ``chunk``); each turn's CPU is this
-    thread's. First, uncounted, a plain loop takes two
-    steps: the imports and torch's first-step costs, which both sides need (in their own
-    processes each pays them; here only the first would). The recorded side then carries
-    its own set-up (``Recorder``, ``attach``, checkpoint 0), ``finish`` (the last commits,
-    one sync, ``run.json``) and all the CPU of every other thread of the process (the
-    Recorder's commit thread; torch has one thread). Returns (median of the per-interval
-    ratios, each with its share of those, ratio of the totals).
+    interval (``interval`` steps, a multiple of ``chunk``); each turn's CPU is this thread's.
+
+    First, uncounted, a plain loop is set up and takes one step: the imports and torch's
+    first-step costs, which both sides need (in their own processes each pays them; here only
+    the first would). The recorded side then carries its own set-up (``Recorder``,
+    ``attach``, checkpoint 0), ``finish`` (the last commits, one sync, ``run.json``), all
+    the CPU of every other thread of the process (the Recorder's commit thread; torch has one
+    thread) and the cycle collector's CPU whichever turn it lands in (:class:`_GcClock`).
+    Returns (median of the per-interval ratios, each with its share of those, ratio of the
+    totals).
 
     Neighbours on a shared machine slow both sides of a pair alike, so the per-pair ratio is
     far steadier than two whole processes minutes apart. The imports only the Recorder
@@ -260,23 +282,28 @@ def lm_paired(tmp: Path, steps: int, interval: int = 100, chunk: int = 10) -> tu
     lm_job(work, steps, interval)
     shutil.rmtree(work / "run", ignore_errors=True)
     warm = lm_steps(work, False)  # imports and torch's first step, which both sides need
-    _advance(warm, 2)
+    _advance(warm, 2)  # set-up and one step
     warm.close()
-    c0, main0 = time.process_time(), time.thread_time()
-    rec, plain = lm_steps(work, True), lm_steps(work, False)
-    fixed_r = _advance(rec, 1)
-    fixed_p = _advance(plain, 1)
-    pairs = []
-    for _ in range(steps // interval):
-        turn = {"r": 0.0, "p": 0.0}
-        for j in range(interval // chunk):
-            order = [(rec, "r"), (plain, "p")][:: 1 if j % 2 == 0 else -1]
-            for it, who in order:
-                turn[who] += _advance(it, chunk)
-        pairs.append((turn["r"], turn["p"]))
-    fixed_r += _advance(rec, None)
-    fixed_p += _advance(plain, None)
-    other = (time.process_time() - c0) - (time.thread_time() - main0)
+    clock = _GcClock()
+    gc.callbacks.append(clock)
+    try:
+        c0, main0 = time.process_time(), time.thread_time()
+        rec, plain = lm_steps(work, True), lm_steps(work, False)
+        fixed_r = _advance(rec, 1, clock)
+        fixed_p = _advance(plain, 1, clock)
+        pairs = []
+        for _ in range(steps // interval):
+            turn = {"r": 0.0, "p": 0.0}
+            for j in range(interval // chunk):
+                order = [(rec, "r"), (plain, "p")][:: 1 if j % 2 == 0 else -1]
+                for it, who in order:
+                    turn[who] += _advance(it, chunk, clock)
+            pairs.append((turn["r"], turn["p"]))
+        fixed_r += _advance(rec, None, clock) + clock.total  # every collection: the Recorder's
+        fixed_p += _advance(plain, None, clock)
+        other = (time.process_time() - c0) - (time.thread_time() - main0)
+    finally:
+        gc.callbacks.remove(clock)
     tr = fixed_r + sum(r for r, _ in pairs) + max(0.0, other)
     tp = fixed_p + sum(p for _, p in pairs)
     share = (fixed_r - fixed_p + max(0.0, other)) / len(pairs)

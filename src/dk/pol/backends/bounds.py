@@ -10,8 +10,8 @@ order, with or without FMA (Higham, *Accuracy and Stability of Numerical Algorit
 so two honest machines' values differ by at most ``2·γ_K·S``. ``S`` is the same operation on
 the absolute values of the inputs, computed here in float32 (a sum of non-negative terms: its
 relative error is at most about ``K·2^-24`` in any order) on the CPU, in float64 elsewhere;
-for a CPU matrix product only where a Cauchy–Schwarz bound does not already clear the element
-(:class:`_ProductBound`; float64 there).
+for a CPU matrix product or 2-D convolution only where a Cauchy–Schwarz bound does not already
+clear the element (``normbounds.py``; float64 there).
 :func:`thresholds` turns it into the element's threshold in units of ``D`` (2^-29 gap), at most
 ``T_cap``: the log then holds only elements the bound says could round differently. Outputs
 summed in blocks (``blocked.py``, SPEC VI §1) put their blocked term count ``K'`` in ``γ``.
@@ -49,7 +49,7 @@ class Bound:
     sum (``K'`` of SPEC VI §2, ``blocked.py``; ``k`` where the sum is one block) and
     (computed once per call) ``S``."""
 
-    def __init__(self, k: int, shared: _AbsOp | None, index: int, k_sum: int | None = None) -> None:
+    def __init__(self, k: int, shared: AbsOp | None, index: int, k_sum: int | None = None) -> None:
         self.k, self._shared, self._index = k, shared, index
         self.k_sum = k if k_sum is None else k_sum
         self._s: np.ndarray | None = None
@@ -64,6 +64,10 @@ class Bound:
 
     #: Whether :meth:`s_upper` may exceed ``S`` (then decisions are refined by :meth:`s_at`).
     refine = False
+
+    def whole(self, flagged: int) -> bool:
+        """Whether a refining bound should compute the whole ``S`` for ``flagged`` elements."""
+        return True
 
     def s(self) -> np.ndarray:
         """``S`` of every element, flat in C order (float32 or float64)."""
@@ -82,111 +86,7 @@ class Bound:
         return at
 
 
-class _ProductBound(Bound):
-    """The bound of a CPU matrix product (``mm``, ``bmm``, ``addmm``, ``baddbmm``) without its
-    ``S`` product: an upper bound for the scan, ``S`` only where it decides.
-
-    ``S_ij = |β|·|C_ij| + |α|·Σ_k |A_ik|·|B_kj|`` is at most ``|β|·|C_ij| + |α|·‖A_i‖·‖B_j‖``
-    (Cauchy–Schwarz). :meth:`s_upper` is that bound from the rows' and columns' Euclidean
-    norms (float64, inflated by ``1 + K·2^-20`` for their own rounding): ``O(m·K + K·n + m·n)``
-    instead of a second ``O(m·n·K)`` product. Thresholds grow with ``S``, so an element the
-    scan does not flag with it is not flagged with ``S`` either; the flagged ones (a few per
-    thousand: the bound is 1.5–2× ``S`` on a transformer's products) get ``S`` itself from
-    :meth:`s_at`, in float64. Where more than an eighth of a site is flagged, ``S`` of the
-    whole site is computed as for any bounded site (:meth:`Bound.s`), once.
-    """
-
-    refine = True
-    _REFINE_FRACTION = 8  # s_at computes the whole S past 1/8 of the elements
-    _CHUNK_TERMS = 1 << 21  # float64 terms gathered at once by s_at
-
-    def __init__(
-        self,
-        k: int,
-        shared: _AbsOp,
-        k_sum: int,
-        operands: tuple[np.ndarray, np.ndarray, np.ndarray | None],
-        scalars: tuple[float, float],
-    ) -> None:
-        super().__init__(k, shared, 0, k_sum)
-        self._a, self._b, self._c = operands  # (…, m, K), (…, K, n), C or None (float32)
-        self._alpha, self._beta = abs(scalars[0]), abs(scalars[1])
-        self._shape = (*self._a.shape[:-1], self._b.shape[-1])
-        self._ub: np.ndarray | None = None
-
-    def s_upper(self) -> np.ndarray:
-        if self._s is not None:
-            return self._s
-        if self._ub is None:
-            # float32 squares and their float64 sums neither overflow nor underflow, so
-            # (1 + K·2^-20) covers the float64 roundings of the norms and of S itself
-            kk = int(self._a.shape[-1])
-            rows = np.sqrt(np.einsum("...ik,...ik->...i", self._a, self._a, dtype=np.float64))
-            cols = np.sqrt(np.einsum("...kj,...kj->...j", self._b, self._b, dtype=np.float64))
-            rows *= self._alpha * (1.0 + kk * 2.0**-20)
-            ub = rows[..., :, None] * cols[..., None, :]
-            if self._c is not None and self._beta != 0.0:
-                ub = ub + self._beta * (1.0 + 2.0**-20) * np.abs(self._c, dtype=np.float64)
-            self._ub = np.ascontiguousarray(np.broadcast_to(ub, self._shape)).reshape(-1)
-        return self._ub
-
-    def s_at(self, idx: np.ndarray) -> np.ndarray:
-        n_out = math.prod(self._shape)
-        if self._s is None and idx.size * self._REFINE_FRACTION > n_out:
-            self.s()  # most of the site: S of all of it, as any bounded site
-        if self._s is not None:
-            at: np.ndarray = self._s[idx]
-            return at
-        m, n, kk = self._shape[-2], self._shape[-1], int(self._a.shape[-1])
-        i, j = (idx // n) % m, idx % n
-        out = np.empty(idx.size, dtype=np.float64)
-        step = max(1, self._CHUNK_TERMS // max(1, kk))
-        for lo in range(0, idx.size, step):
-            sl = slice(lo, lo + step)
-            if self._a.ndim == 2:
-                rows, cols = self._a[i[sl]], self._b[:, j[sl]].T
-            else:
-                bb = idx[sl] // (m * n)
-                rows, cols = self._a[bb, i[sl]], self._b[bb, :, j[sl]]
-            out[sl] = np.einsum(
-                "ck,ck->c", np.abs(rows, dtype=np.float64), np.abs(cols, dtype=np.float64)
-            )
-        out *= self._alpha
-        if self._c is not None and self._beta != 0.0:
-            c = np.broadcast_to(self._c, self._shape).reshape(-1, m, n)
-            out += self._beta * np.abs(c[idx // (m * n), i, j], dtype=np.float64)
-        return out
-
-
-_PRODUCTS = {"mm": (2, False), "bmm": (3, False), "addmm": (2, True), "baddbmm": (3, True)}
-
-
-def _product_bound(
-    name: str, args: Any, kwargs: Any, k: int, k_sum: int, shared: _AbsOp
-) -> Bound | None:
-    """A :class:`_ProductBound` for a CPU float32 matrix product with real scalars, else None."""
-    if name not in _PRODUCTS or set(kwargs) - {"alpha", "beta"}:
-        return None
-    nd, has_c = _PRODUCTS[name]
-    a = list(args)
-    if len(a) != (3 if has_c else 2):
-        return None
-    c, x, y = (a[0], a[1], a[2]) if has_c else (None, a[0], a[1])
-    alpha, beta = kwargs.get("alpha", 1), kwargs.get("beta", 1)
-    ts = [t for t in (x, y, c) if t is not None]
-    if not all(
-        isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.device.type == "cpu"
-        for t in ts
-    ) or any(isinstance(z, bool) or not isinstance(z, int | float) for z in (alpha, beta)):
-        return None
-    if x.dim() != nd or y.dim() != nd:
-        return None
-    np_ = [t.detach().numpy() for t in ts]
-    c_np = np_[2] if c is not None else None
-    return _ProductBound(k, shared, k_sum, (np_[0], np_[1], c_np), (float(alpha), float(beta)))
-
-
-class _AbsOp:
+class AbsOp:
     """The operation on absolute values, run at most once for all outputs of one call (its
     arguments' absolute values are taken then too)."""
 
@@ -206,7 +106,14 @@ class _AbsOp:
             if "dtype" in akwargs and akwargs["dtype"] is not None:
                 akwargs["dtype"] = dt
             out = self.func(*aargs, **akwargs)
-            self._out = list(out) if isinstance(out, tuple | list) else [out]
+            outs = list(out) if isinstance(out, tuple | list) else [out]
+            if dt != torch.float64 and not all(
+                bool(torch.isfinite(t).all()) for t in outs if isinstance(t, torch.Tensor)
+            ):  # SPEC VI §1: S without overflow (float32 past 2^128: again in float64)
+                self.dtype = torch.float64
+                self._out = None
+                return self.get(index)
+            self._out = outs
         t = self._out[index]  # float32 on the CPU: promoted exactly where it is used
         return np.asarray(t.detach().contiguous().view(-1).cpu().numpy())
 
@@ -271,14 +178,12 @@ def site_bounds(func: Any, args: Any, kwargs: Any, out: Any) -> dict[int, Bound]
     kbs = block_terms(name, args, ks) if applies(func, kwargs) else ks
     dev = next((o.device for o in outs if isinstance(o, torch.Tensor)), None)
     dtype = torch.float32 if dev is not None and dev.type == "cpu" else torch.float64
-    shared = _AbsOp(func, args, kwargs, dtype)
+    shared = AbsOp(func, args, kwargs, dtype)
     res: dict[int, Bound] = {}
     for i, (o, k, kb) in enumerate(zip(outs, ks, kbs, strict=False)):
         if isinstance(o, torch.Tensor) and k is not None and 0 < k <= K_MAX:
             assert kb is not None
-            res[id(o)] = _product_bound(name, args, kwargs, k, kb, shared) or Bound(
-                k, shared, i, kb
-            )
+            res[id(o)] = norm_bound(name, args, kwargs, i, k, kb, shared) or Bound(k, shared, i, kb)
     return res
 
 
@@ -314,3 +219,7 @@ def thresholds(
         t_e: np.ndarray = np.fmin(C_RECORD * beta + 2.0, cap)
         m_e: np.ndarray = np.fmin(C_MISSING * beta, cap / 2)
     return t_e, m_e
+
+
+# after Bound and AbsOp, which the norm bounds extend and share
+from dk.pol.backends.normbounds import norm_bound  # noqa: E402

@@ -331,18 +331,26 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         self, v: np.ndarray, bound: Bound, *, use_m: bool
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(float32 rounding of v, elements with D <= t_e)`` (``use_m``: ``D <= m_e``)."""
-        s = bound.s_upper()
+        which = 1 if use_m else 0
+        r, idx = self._scan_bounded(v, bound.s_upper(), bound, use_m)
+        if bound.refine and idx.size:  # s_upper bounds S from above
+            if bound.whole(idx.size):  # much of the site: scan again with the whole S
+                return self._scan_bounded(v, bound.s(), bound, use_m)
+            thr = thresholds(v[idx], bound.s_at(idx), bound.k, self.t_bits, bound.k_sum)[which]
+            idx = idx[boundary_distance(v[idx]) <= thr]  # the flagged, with their own S
+        return r, idx
+
+    def _scan_bounded(
+        self, v: np.ndarray, s: np.ndarray, bound: Bound, use_m: bool
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One scan of ``v`` with ``s`` (``S`` or an upper bound of it)."""
         cap = bound_cap(self.t_bits)
         consts = (C_RECORD, C_MISSING, cap, cap // 2)
-        which = 1 if use_m else 0
         r, idx, any_tiny = bounded_scan(v, s, (bound.k, bound.k_sum), consts, use_m)
         if any_tiny:  # 0 < |v| < 2^-125: exact distances and thresholds in NumPy
             tiny = np.flatnonzero((v != 0) & (np.abs(v) < _TINY))
-            thr = thresholds(v[tiny], s[tiny], bound.k, self.t_bits, bound.k_sum)[which]
-            idx = np.union1d(idx, tiny[boundary_distance(v[tiny]) <= thr])
-        if bound.refine and idx.size:  # s bounds S from above: the flagged, with their own S
-            thr = thresholds(v[idx], bound.s_at(idx), bound.k, self.t_bits, bound.k_sum)[which]
-            idx = idx[boundary_distance(v[idx]) <= thr]
+            thr = thresholds(v[tiny], s[tiny], bound.k, self.t_bits, bound.k_sum)
+            idx = np.union1d(idx, tiny[boundary_distance(v[tiny]) <= thr[1 if use_m else 0]])
         return r, idx
 
     def _thresholds(
