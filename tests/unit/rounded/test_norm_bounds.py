@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from dk.pol.backends import bounds
+from dk.pol.backends import bounds, normbounds
 from dk.pol.backends import examples as ex
 from dk.pol.backends.bounds import Bound, site_bounds, thresholds
 from dk.pol.backends.rounded import RoundedMode
@@ -126,7 +126,7 @@ def _record(kind: str, norm_bounds: bool, monkeypatch: pytest.MonkeyPatch) -> An
     with monkeypatch.context() as m:
         m.setattr(bounds.AbsOp, "get", counted)
         if not norm_bounds:
-            m.setattr(bounds, "norm_bound", lambda *a: None)
+            m.setattr(normbounds, "norm_bound", lambda *a: None)
         built = ex.build(kind, seed=0, width=32, batch=4)
         ex.train(built, range(1), lambda: RoundedMode.record(job_id=JOB, interval=0))
         mode = RoundedMode.record(job_id=JOB, interval=1)
@@ -150,7 +150,7 @@ def test_the_log_is_the_whole_s_log_and_replays_either_way(
     for given, norm_bounds in ((log, False), (whole_log, True)):
         with monkeypatch.context() as m:
             if not norm_bounds:
-                m.setattr(bounds, "norm_bound", lambda *a: None)
+                m.setattr(normbounds, "norm_bound", lambda *a: None)
             b2 = ex.build(kind, seed=0, width=32, batch=4)
             ex.train(b2, range(1), lambda: RoundedMode.record(job_id=JOB, interval=0))
             rep = RoundedMode.replay(given)

@@ -176,6 +176,8 @@ def site_bounds(func: Any, args: Any, kwargs: Any, out: Any) -> dict[int, Bound]
     outs = list(out) if isinstance(out, tuple | list) else [out]
     ks = _term_counts(name, args, kwargs, outs)
     kbs = block_terms(name, args, ks) if applies(func, kwargs) else ks
+    from dk.pol.backends.normbounds import norm_bound  # it extends Bound: imports this module
+
     dev = next((o.device for o in outs if isinstance(o, torch.Tensor)), None)
     dtype = torch.float32 if dev is not None and dev.type == "cpu" else torch.float64
     shared = AbsOp(func, args, kwargs, dtype)
@@ -219,7 +221,3 @@ def thresholds(
         t_e: np.ndarray = np.fmin(C_RECORD * beta + 2.0, cap)
         m_e: np.ndarray = np.fmin(C_MISSING * beta, cap / 2)
     return t_e, m_e
-
-
-# after Bound and AbsOp, which the norm bounds extend and share
-from dk.pol.backends.normbounds import norm_bound  # noqa: E402
