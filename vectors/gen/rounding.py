@@ -190,17 +190,18 @@ Add = Callable[..., None]
 
 
 def _site_cases(
-    name: str, k: int, k_sum: int | None
+    name: str, k: int, k_sum: int | None, s_value: float = _BOUND_S
 ) -> tuple[list[tuple[int, int, int]], Add, list[dict[str, Any]]]:
-    """The honest entries of a bounded site of ``bounded_site_values`` (``S = 2``, ``k`` terms,
-    ``k_sum`` blocked), a function adding a case with other entries, and the case list."""
+    """The honest entries of a bounded site of ``bounded_site_values`` (``S = s_value``, ``k``
+    terms, ``k_sum`` blocked), a function adding a case with other entries, and the case
+    list."""
     import torch
 
     from dk.pol.backends.bounds import Bound
     from dk.pol.backends.rounded import RoundedMode
 
     v = bounded_site_values()
-    s = np.full(v.size, _BOUND_S)
+    s = np.full(v.size, s_value)
     bound: dict[str, Any] = {"k": k, "s": s.astype("<f8").tobytes().hex()}
     if k_sum is not None:
         bound = {"k": k, "k_sum": k_sum, "s": bound["s"]}
@@ -241,7 +242,20 @@ def _bounded_replay_cases() -> list[dict[str, Any]]:
         [x for x in e if x[1] != 1], "ROUNDING_LOG_MISSING")  # fmt: skip
     add("bounded site: entry between m_e and t_e dropped (D = 100; not demanded)",
         [x for x in e if x[1] != 2])  # fmt: skip
-    return cases + _blocked_replay_cases()
+    return cases + _blocked_replay_cases() + _infinite_s_cases()
+
+
+def _infinite_s_cases() -> list[dict[str, Any]]:
+    """SPEC VI §2: a bounded element whose β is not finite (its S is; here S = inf) has the
+    caps for thresholds: t_e = T_cap = 2^26, m_e = 2^25."""
+    e, add, cases = _site_cases("mm.default", _BOUND_K, None, float("inf"))
+    assert [x[1] for x in e] == list(range(7))  # every D up to 60,000: within T_cap
+    add("bounded site, beta not finite: thresholds at the caps (all 7 near values logged)", e)
+    add("bounded site, beta not finite: entry at D = 60000 <= T_cap/2 dropped",
+        [x for x in e if x[1] != 6], "ROUNDING_LOG_MISSING")  # fmt: skip
+    add("bounded site, beta not finite: entry on an exact float32 value (D = 2^28 > 2·T_cap)",
+        [*e, (0, 7, 0)], "ROUNDING_LOG_INVALID")  # fmt: skip
+    return cases
 
 
 # A blocked bounded site (SPEC VI §1, §2): a convolution's weight gradient of K = 8192 terms
