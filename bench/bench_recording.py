@@ -310,7 +310,8 @@ def lm_paired(tmp: Path, steps: int, interval: int = 100, chunk: int = 10) -> tu
     median = statistics.median((r + share) / p for r, p in pairs)
     print(f"recording  tiny_lm, paired in one process, {steps} steps, k={interval}: "
           f"plain {tp:.2f} s CPU   recorded {tr:.2f} s CPU (set-up and finish "
-          f"{fixed_r:.2f} s vs {fixed_p:.2f} s, other threads {other:.2f} s)")  # fmt: skip
+          f"{fixed_r:.2f} s vs {fixed_p:.2f} s, of which the cycle collector "
+          f"{clock.total:.2f} s; other threads {other:.2f} s)")  # fmt: skip
     spread = sorted(r / p for r, p in pairs)
     print(f"  ratio of totals {tr / tp:.3f}   median of {len(pairs)} interval pairs "
           f"{median:.3f} (each with its share of the fixed and other-thread CPU; "
