@@ -5,12 +5,24 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 WORKER = Path(__file__).with_name("worker.py")
 SRC = Path(__file__).resolve().parents[3] / "src"
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """torch on one intra-op thread for the test (this machine is shared), then as it was."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
 
 
 def run_worker(threads: int, out: Path, *args: str, env: dict[str, str] | None = None) -> None:

@@ -22,12 +22,7 @@ JOB = bytes(range(32))
 K = 4096
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _product() -> tuple[torch.Tensor, torch.Tensor, Bound]:

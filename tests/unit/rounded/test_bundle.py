@@ -16,12 +16,7 @@ from dk.errors import FormatError, JobMismatch
 KEY = SigningKey(bytes(range(32)))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _job(**kw: Any) -> Any:

@@ -27,12 +27,7 @@ JOB = bytes(range(32))
 CFG = {"seed": 3, "width": 256, "batch": 32}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _record(steps: range, interval: int = 0) -> tuple[bytes, RoundingLog, RoundedMode]:

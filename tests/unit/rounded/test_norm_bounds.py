@@ -25,12 +25,7 @@ JOB = bytes(range(32))
 aten = torch.ops.aten
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _operands(g: torch.Generator, *shape: int) -> torch.Tensor:

@@ -10,8 +10,6 @@ the mechanism's whole point, checked where one process can play both machines.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 
@@ -48,12 +46,7 @@ def _train(mode: RoundedMode) -> bytes:
     return checkpoint_root(ex.state_tensors(b["model"], b["opt"]))
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Any:
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def test_log_makes_the_other_machine_agree() -> None:
