@@ -5,9 +5,10 @@ Per model and size, one interval of ``STEPS`` steps: training time rounded / pla
 interval / checkpoint bytes (target <= 1 %). "Before" columns run the same interval under the
 version-2 rule (every element's threshold the job's ``t``, no error bounds; SPEC VI §2), so the
 bounded sites' cost (one operation on absolute values per bounded call) and gain show. The last
-two columns are the CPU training ratio of the same interval with ATen's float64 kernels instead
-of ``kernels64``'s ("ATen") and with convolutions summed in one block as in log version 3
-("unblk"): what the fast kernels buy and what blocking costs.
+three columns are the CPU training ratio of the same interval with ATen's float64 kernels instead
+of ``kernels64``'s ("ATen"), with convolutions summed in one block as in log version 3
+("unblk") and with every ``S`` from the operation on absolute values, no norm bounds
+("wholeS"): what the fast kernels, blocking and the norm bounds cost or save.
 Every figure is measured in this run, on torch's thread count ``DK_BENCH_THREADS`` (default
 1: on a shared machine a second thread measures the neighbours more than torch); the first
 step of each run warms up and is not timed.
@@ -46,23 +47,15 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
 
     cfg = {"seed": 0, "width": width, "batch": batch}
     plain, plain_cpu = _timed(ex.build(kind, **cfg))
-    warm = RoundedMode.record(job_id=bytes(32), interval=0)
-    b = ex.build(kind, **cfg)
-    ex.train(b, range(1), lambda: warm)
-    rec = RoundedMode.record(job_id=bytes(32), interval=1)
-    rounded, rounded_cpu = _timed(b, lambda: rec, warm=False)
-    log = rec.finish()
+    (rounded, rounded_cpu), rec, log, b = _variant(kind, cfg)
     blob = log.encode()
-    bf = ex.build(kind, **cfg)  # the version-2 rule, for the "before" columns
-    ex.train(bf, range(1), lambda: RoundedMode.record(job_id=bytes(32), interval=0))
-    fixed = RoundedMode.record(job_id=bytes(32), interval=1)
-    fixed.bounded = False
-    fixed_s, fixed_cpu = _timed(bf, lambda: fixed, warm=False)
-    fixed_log = fixed.finish()
+    (fixed_s, fixed_cpu), _, fixed_log, _ = _variant(kind, cfg, bounded=False)  # version 2
     ckpt = len(encode_tensors(ex.state_tensors(b["model"], b["opt"])))
-    aten = _variant(kind, cfg, fast_kernels=False)
+    aten = _variant(kind, cfg, fast_kernels=False)[0]
     with _unblocked():
-        unblocked = _variant(kind, cfg)
+        unblocked = _variant(kind, cfg)[0]
+    with _whole_s():
+        whole_s = _variant(kind, cfg)[0]
     b2 = ex.build(kind, **cfg)
     ex.train(b2, range(1), lambda: RoundedMode.record(job_id=bytes(32), interval=0))
     rep = RoundedMode.replay(log)
@@ -78,12 +71,16 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
             "fixed_log_bytes": len(fixed_log.encode()),
             "aten_s": aten[0], "aten_cpu": aten[1],
             "unblocked_s": unblocked[0], "unblocked_cpu": unblocked[1],
+            "whole_s_s": whole_s[0], "whole_s_cpu": whole_s[1],
             "entries_at_k": per_k}  # fmt: skip
 
 
-def _variant(kind: str, cfg: dict[str, Any], **flags: Any) -> tuple[float, float]:
-    """(wall s, CPU s) of one recorded interval with ``RoundedMode`` attributes ``flags`` set
-    (``fast_kernels=False``: ATen's float64 kernels for every site, not ``kernels64``'s)."""
+def _variant(
+    kind: str, cfg: dict[str, Any], **flags: Any
+) -> tuple[tuple[float, float], Any, Any, dict[str, Any]]:
+    """One recorded interval (after a recorded warm-up step) with ``RoundedMode`` attributes
+    ``flags`` set (``fast_kernels=False``: ATen's float64 kernels, not ``kernels64``'s;
+    ``bounded=False``: the version-2 rule): its (wall s, CPU s), mode, log and example."""
     from dk.pol.backends import examples as ex
     from dk.pol.backends.rounded import RoundedMode
 
@@ -97,8 +94,21 @@ def _variant(kind: str, cfg: dict[str, Any], **flags: Any) -> tuple[float, float
     ex.train(b, range(1), lambda: mode(0))
     rec = mode(1)
     t = _timed(b, lambda: rec, warm=False)
-    rec.finish()
-    return t
+    return t, rec, rec.finish(), b
+
+
+@contextlib.contextmanager
+def _whole_s() -> Iterator[None]:
+    """Every bounded site's ``S`` by the operation on absolute values, no norm bounds (as
+    before ``normbounds.py``; the same logs, SPEC VI §1)."""
+    from dk.pol.backends import normbounds
+
+    saved = normbounds.norm_bound
+    normbounds.norm_bound = lambda *a: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        normbounds.norm_bound = saved
 
 
 @contextlib.contextmanager
@@ -247,7 +257,8 @@ def main() -> None:
     print(f"{'model':8} {'width':>5} {'plain s':>8} {'round s':>8} {'train x':>8} "
           f"{'replay x':>8} {'log B':>8} {'ckpt B':>9} {'log/ckpt':>9} {'CPU train x':>11} "
           f"{'CPU replay x':>12} | before: {'log/ckpt':>8} {'train x':>8} "
-          f"{'CPU train x':>11} | CPU train x: {'ATen':>5} {'unblk':>5}")  # fmt: skip
+          f"{'CPU train x':>11} | CPU train x: {'ATen':>5} {'unblk':>5} "
+          f"{'wholeS':>6}")  # fmt: skip
     for kind, sizes in SIZES.items():
         for width, batch in sizes:
             m = measure(kind, width, batch)
@@ -262,7 +273,8 @@ def main() -> None:
                   f"{rp:7.2f}x {m['log_bytes']:8d} {m['ckpt_bytes']:9d} {100 * lg:8.2f}% "
                   f"{ctr:10.2f}x {crp:11.2f}x | before: {100 * blg:7.2f}% {btr:7.2f}x "
                   f"{bctr:10.2f}x | {' ' * 13}{m['aten_cpu'] / m['plain_cpu']:4.2f}x "
-                  f"{m['unblocked_cpu'] / m['plain_cpu']:4.2f}x", flush=True)  # fmt: skip
+                  f"{m['unblocked_cpu'] / m['plain_cpu']:4.2f}x "
+                  f"{m['whole_s_cpu'] / m['plain_cpu']:5.2f}x", flush=True)  # fmt: skip
             ks = "  ".join(f"k={k}: {n}" for k, n in m["entries_at_k"].items())
             print(f"{'':8} entries {m['entries']} (before {m['fixed_entries']}); of these, "
                   f"by k: {ks}", flush=True)  # fmt: skip

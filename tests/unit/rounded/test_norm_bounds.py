@@ -28,6 +28,23 @@ aten = torch.ops.aten
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
+@pytest.fixture(autouse=True)
+def _small_operations_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Norm bounds for operations of any size (production: ``MIN_MACS`` and up)."""
+    monkeypatch.setattr(normbounds, "MIN_MACS", 0)
+
+
+def test_small_operations_keep_the_pass_on_absolute_values() -> None:
+    """Below ``MIN_MACS`` multiply-adds the plain bound, whose ``S`` is one more pass."""
+    g = torch.Generator().manual_seed(41)
+    a, b = torch.randn(8, 8, generator=g), torch.randn(8, 8, generator=g)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(normbounds, "MIN_MACS", 8 * 8 * 8 + 1)
+        assert type(_bound(aten.mm.default, (a, b), {})) is Bound
+        m.setattr(normbounds, "MIN_MACS", 8 * 8 * 8)
+        assert type(_bound(aten.mm.default, (a, b), {})).__name__ == "_ProductBound"
+
+
 def _operands(g: torch.Generator, *shape: int) -> torch.Tensor:
     """Random float32 values over several magnitudes, with zeros and a row of large ones."""
     x = torch.randn(*shape, generator=g) * torch.exp2(torch.randint(-8, 8, shape, generator=g))
