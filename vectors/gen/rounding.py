@@ -63,6 +63,7 @@ def _log_cases() -> list[dict[str, Any]]:
         ("version 1 (the varint entries of the draft)", good[:4] + b"\x01" + good[5:]),
         ("version 2 (every threshold the job's t)", good[:4] + b"\x02" + good[5:]),
         ("version 3 (convolutions summed in one block)", good[:4] + b"\x03" + good[5:]),
+        ("version 4 (fused attention, torch's sqrt)", good[:4] + b"\x04" + good[5:]),
         ("precision 2", good[:5] + b"\x02" + good[6:]),
         ("tau_log2 5", good[:6] + b"\x05" + good[7:]),
         ("tau_log2 25", good[:6] + b"\x19" + good[7:]),

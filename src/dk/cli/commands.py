@@ -543,6 +543,13 @@ def _executor(ray_address: str | None) -> Any:
     help="Check only the checkpoints the challenge needs, or every one (archival audits).",
 )
 @click.option(
+    "--device",
+    type=click.Choice(["cpu", "cuda"]),
+    default=None,
+    help="Where replays run (default: the job's train.device where this machine has it, "
+    "else the CPU). A rounded job replays bit for bit on either.",
+)
+@click.option(
     "--plot",
     "plot_file",
     type=click.Path(dir_okay=False),
@@ -567,6 +574,7 @@ def verify(
     ray_address: str | None,
     worker: str | None,
     integrity: str,
+    device: str | None,
     plot_file: str | None,
     as_json: bool,
 ) -> None:
@@ -593,6 +601,7 @@ def verify(
         data=data,
         integrity=integrity,
         executor=executor,
+        device=device,
     )
     d = report.to_dict()
     if as_json:

@@ -676,7 +676,12 @@ class JobSpec:
         raw = copy.deepcopy(self.spec)
         for sec, upd in sections.items():
             raw[sec].update(upd)
-        touched = set(sections.get("train", {})) | set(sections.get("pol", {}))
+        touched = {  # keys whose value changes (a whole section passed back is no change)
+            k
+            for sec in ("train", "pol")
+            for k, v in sections.get(sec, {}).items()
+            if self.spec.get(sec, {}).get(k) != v
+        }
         if touched & {"compression", "mode", "dp"} and "backend" not in sections.get("pol", {}):
             raw["pol"]["backend"] = ""  # re-derive the default backend for the new mode/codec
         if raw["pol"].get("backend") != "rounded" and TAU_KEY not in sections.get("pol", {}):

@@ -265,8 +265,9 @@ def replay_matches(
     return d["l2"] <= float(replayer.job.pol["tolerance"]), d
 
 
-def make_replayer(job: JobSpec, dataset: Dataset) -> Replayer:
+def make_replayer(job: JobSpec, dataset: Dataset, device: str | None = None) -> Replayer:
     """A replayer with the thread policy of the job's mode (1 thread for exact/zk; any number
-    for the rounded backend, whose results do not depend on it, SPEC VI)."""
+    for the rounded backend, whose results do not depend on it, SPEC VI), on ``device``
+    (default: the job's device where this machine has it, else the CPU)."""
     pin = job.mode in ("exact", "zk") and job.pol.get("backend") != "rounded"
-    return Replayer(job, dataset, threads=1 if pin else None)
+    return Replayer(job, dataset, threads=1 if pin else None, device=device)

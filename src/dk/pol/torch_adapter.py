@@ -210,9 +210,8 @@ def resolve_device(job: JobSpec, device: str | None = None) -> torch.device:
     if want.startswith("cuda") and not torch.cuda.is_available():
         from dk.errors import BackendUnavailable
 
-        raise BackendUnavailable(
-            "this job trains on cuda (train.device) but torch sees no CUDA device here"
-        )
+        why = "device 'cuda' was asked for" if device else "this job trains on cuda (train.device)"
+        raise BackendUnavailable(f"{why} but torch sees no CUDA device here")
     return torch.device(want)
 
 

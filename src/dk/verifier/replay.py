@@ -31,7 +31,9 @@ _replayer: Any = None  # one per worker process of one pool (set by _init_worker
 _START_TIMEOUT_S = 300.0  # every worker of a pool is up by then, or the pool fails
 
 
-def _init_worker(spec: dict[str, Any], base_dir: str, dataset: Dataset, started: Any) -> None:
+def _init_worker(
+    spec: dict[str, Any], base_dir: str, dataset: Dataset, started: Any, device: str | None
+) -> None:
     """Pool initializer: the job and the caller's dataset, once per worker process; then wait
     until every worker is up (``started``, a barrier), so that the first one up does not take
     every task of a short replay while the others start: ``workers = N`` replays in N
@@ -39,7 +41,7 @@ def _init_worker(spec: dict[str, Any], base_dir: str, dataset: Dataset, started:
     from dk.pol.replay import make_replayer
 
     global _replayer
-    _replayer = make_replayer(JobSpec(spec, Path(base_dir)), dataset)
+    _replayer = make_replayer(JobSpec(spec, Path(base_dir)), dataset, device)
     started.wait(_START_TIMEOUT_S)  # a worker that never starts breaks it: the pool fails
 
 
@@ -76,6 +78,7 @@ def _replay_parallel(
     held: dict[int, Tensors],
     workers: int,
     logs: dict[int, bytes] | None = None,
+    device: str | None = None,
 ) -> tuple[dict[int, tuple[bool, dict[str, Any]]], float, int]:
     """Replay the challenged intervals over ``workers`` spawned processes."""
     import multiprocessing as mp
@@ -90,7 +93,7 @@ def _replay_parallel(
         max_workers=n,
         mp_context=ctx,
         initializer=_init_worker,
-        initargs=(job.spec, str(job.base_dir), ds, ctx.Barrier(n)),
+        initargs=(job.spec, str(job.base_dir), ds, ctx.Barrier(n), device),
     ) as pool:
         futs = {i: pool.submit(_replay_task, *_task(i, held, cks, ivs, logs)) for i in chal}
         for i, fut in futs.items():
@@ -112,12 +115,14 @@ def replay_challenged(
     executor: Any = None,
     *,
     logs: dict[int, bytes] | None = None,
+    device: str | None = None,
 ) -> dict[int, tuple[bool, dict[str, Any]]]:
     """Replay every challenged interval (SPEC §12.3) and record one finding per mismatch;
     returns each interval's ``(ok, figures)`` (empty when the executor failed).
 
     ``executor`` (e.g. :class:`dk.verifier.executors.RayExecutor`) runs the replays elsewhere;
-    if it fails past its retries the report is inconclusive (``EXECUTOR_FAILED``).
+    if it fails past its retries the report is inconclusive (``EXECUTOR_FAILED``). ``device``:
+    where local replays run (default: the job's device where this machine has it, else the CPU).
     """
     from dk.pol.replay import make_replayer, replay_matches
     from dk.verifier.executors import ExecutorFailed
@@ -137,9 +142,11 @@ def replay_challenged(
             return {}
         rep.figures["executor"] = executor.name
     elif workers > 1 and len(chal) > 1:
-        results, worker_cpu, procs = _replay_parallel(job, ds, man, chal, held, workers, logs)
+        results, worker_cpu, procs = _replay_parallel(
+            job, ds, man, chal, held, workers, logs, device
+        )
     elif chal:
-        replayer = make_replayer(job, ds)
+        replayer = make_replayer(job, ds, device)
         results = {i: replay_matches(replayer, *_task(i, held, cks, ivs, logs)) for i in chal}
     else:
         results = {}

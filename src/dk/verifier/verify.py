@@ -80,6 +80,7 @@ class Options:
     replay: bool = True
     executor: Any = None
     tolerance: float | None = None
+    device: str | None = None
 
 
 @dataclass
@@ -505,17 +506,21 @@ def check_replay(ctx: Context) -> None:
         return
     from dk.verifier.replay import replay_challenged
 
-    results = replay_challenged(
-        ctx.rep,
-        ctx.job,
-        ctx.ds,
-        ctx.man,
-        ctx.chal,
-        ctx.held,
-        ctx.opts.workers,
-        ctx.opts.executor,
-        logs=ctx.logs,
-    )
+    try:
+        results = replay_challenged(
+            ctx.rep,
+            ctx.job,
+            ctx.ds,
+            ctx.man,
+            ctx.chal,
+            ctx.held,
+            ctx.opts.workers,
+            ctx.opts.executor,
+            logs=ctx.logs,
+            device=ctx.opts.device,
+        )
+    except BackendUnavailable as e:  # e.g. --device cuda without CUDA: the verifier's trouble
+        ctx.fail("replay", Reason.BACKEND_UNAVAILABLE, str(e))
     if ctx.job.world_size > 1 and results:  # SPEC §12.6: blame by rank
         from dk.verifier.blame import judge_ranks
 
@@ -587,6 +592,7 @@ def verify_bundle(
     replay: bool = True,
     executor: Any = None,
     tolerance: float | None = None,
+    device: str | None = None,
 ) -> Report:
     """Verify a bundle against a job; never raises on bad input.
 
@@ -620,6 +626,11 @@ def verify_bundle(
         tolerance: tolerant mode: judge replays at this threshold instead of the job's
             ``pol.tolerance`` (a market order's tolerance fixed from validators' profiles,
             SPEC V §12); the job binding is checked first, against the job as given.
+        device: where local replays run (``"cpu"``, ``"cuda"``); default: the job's
+            ``train.device`` where this machine has it, else the CPU (SPEC §12.3). A rounded
+            job (SPEC VI) replays bit for bit on either; a tolerant job's tolerance was
+            calibrated for its own device. Not used by ``executor``, which places replays
+            itself.
 
     Returns:
         The :class:`Report`: ``report.verdict`` is ``accept``, ``reject`` or ``inconclusive``.
@@ -643,6 +654,7 @@ def verify_bundle(
         replay=replay,
         executor=executor,
         tolerance=tolerance,
+        device=device,
     )
     ctx = Context(rep, Path(bundle), job, opts)
     try:

@@ -285,3 +285,16 @@ def test_model_file_and_init_file_in_the_job_id(tmp_path: Path) -> None:
     b = _job(init={"method": "file", "root": HEX, "path": "elsewhere/b.safetensors"})
     assert a.job_id == b.job_id and a.init_path() != b.init_path()
     assert _job(init={"method": "file", "root": "cd" * 32}).job_id != a.job_id
+
+
+def test_with_updates_counts_only_keys_whose_value_changes() -> None:
+    """Passing a whole section back with one key changed keeps the backend; changing the
+    compression re-derives it (a rounded job with a codec is not a rounded job)."""
+    from dk.pol import default_job
+
+    job = default_job(arch="mlp", steps=4, interval=2, pol={"backend": "rounded"})
+    moved = job.with_updates(train={**job.train, "device": "cuda"})
+    assert moved.pol["backend"] == "rounded" and moved.train["device"] == "cuda"
+    assert moved.job_id != job.job_id  # train.device is part of the job
+    coded = job.with_updates(pol={"mode": "tolerant", "tolerance": 1.0})
+    assert coded.pol["backend"] != "rounded"

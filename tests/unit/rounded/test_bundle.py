@@ -54,6 +54,29 @@ def test_dk_train_prove_verify_accepts(bundle: tuple[Any, Path]) -> None:
     assert rep.checks["rounding_logs"] == "pass" and rep.figures["rounding_log_bytes_read"] > 0
 
 
+def test_verify_replays_on_the_device_asked_for(bundle: tuple[Any, Path]) -> None:
+    """``verify_bundle(device=...)`` / ``dk verify --device``: on the CPU it accepts; CUDA on a
+    machine without it is the verifier's own trouble (inconclusive, exit 5), never a reject."""
+    from click.testing import CliRunner
+
+    from dk.cli.app import cli
+    from dk.verifier import verify_bundle
+
+    job, b = bundle
+    assert verify_bundle(b, job, beacon=bytes(32), samples=100, device="cpu").ok
+    if torch.cuda.is_available():  # a GPU machine: the CUDA replay of this CPU run accepts
+        assert verify_bundle(b, job, beacon=bytes(32), samples=100, device="cuda").ok
+        return
+    rep = verify_bundle(b, job, beacon=bytes(32), samples=100, device="cuda")
+    assert rep.verdict == "inconclusive" and rep.codes == ["BACKEND_UNAVAILABLE"]
+    job_file = b.parent / "job.toml"
+    job_file.write_text(job.to_toml())
+    res = CliRunner().invoke(
+        cli, ["verify", str(b), "--job", str(job_file), "--beacon", "00" * 32, "--device", "cuda"]
+    )
+    assert res.exit_code == 5 and "torch sees no CUDA device" in res.output
+
+
 def test_dispute_primitive_follows_the_log(bundle: tuple[Any, Path], tmp_path: Path) -> None:
     from vectors.gen.forge import Forgery
     from vectors.gen.rounding_bundle import _other_interval

@@ -31,7 +31,7 @@ def test_round_trip_and_layout() -> None:
     log = _log()
     blob = log.encode()
     assert decode_log(blob) == log
-    assert blob[:8] == b"DKRL\x04\x01\x0c\x00" and blob[8:40] == JOB
+    assert blob[:8] == b"DKRL\x05\x01\x0c\x00" and blob[8:40] == JOB
     assert struct.unpack_from("<QQ", blob, 40) == (2, 10)
     assert struct.unpack_from("<Q", blob, 88) == (4,)
     # group of site 0: delta 0, 2 entries (n - 1 = 1), first element 0, r = 2 (one gap of

@@ -1,7 +1,8 @@
 """One-pass rounding scan of a float64 site (Numba): float32 rounding plus boundary candidates.
 
-Equivalent to ``r = v.astype(float32)`` and ``flatnonzero(((bits(v) - lo) & (2^29 - 1)) <=
-width)`` (SPEC VI §2's bit test), fused into one pass; LLVM's ``fptrunc`` rounds to nearest,
+Equivalent to ``r = v.astype(float32) + float32(0)`` (a zero rounds to +0, SPEC VI §2) and
+``flatnonzero(((bits(v) - lo) & (2^29 - 1)) <= width)`` (SPEC VI §2's bit test), fused into one
+pass; LLVM's ``fptrunc`` rounds to nearest,
 ties to even, as IEEE-754 and NumPy do. ``fastmath`` is off.
 """
 
@@ -26,7 +27,7 @@ def scan_site(v, r, lo, width, idx):  # type: ignore[no-untyped-def]  # pragma: 
     cap = idx.size
     for i in range(v.size):
         x = v[i]
-        r[i] = np.float32(x)
+        r[i] = np.float32(x) + np.float32(0.0)  # a zero is +0 (SPEC VI §2)
         if ((bits[i] - lo) & M29) <= width:
             if n < cap:
                 idx[n] = i
@@ -65,7 +66,7 @@ def scan_bounded(v, s, k, kg, c_rec, c_miss, t_cap, m_cap, use_m, r, idx):  # ty
     width = 2 * (m_cap if use_m else t_cap)
     for i in range(v.size):
         x = v[i]
-        r[i] = np.float32(x)
+        r[i] = np.float32(x) + np.float32(0.0)  # a zero is +0 (SPEC VI §2)
         a = abs(x)
         if x != 0.0 and a < TINY:
             tiny = True

@@ -71,36 +71,45 @@ class TinyLM(nn.Module):
         return out
 
 
-def build(kind: str, *, seed: int, width: int, batch: int) -> dict[str, Any]:
-    """Model, optimizer and a ``step(i)`` closure for example ``kind`` (mlp, resnet, lm)."""
+def build(kind: str, *, seed: int, width: int, batch: int, device: str = "cpu") -> dict[str, Any]:
+    """Model, optimizer and a ``step(i)`` closure for example ``kind`` (mlp, resnet, lm).
+
+    The weights and data are drawn on the CPU from ``seed`` and moved to ``device``, so every
+    device starts from the same bits; the optimizers run their per-tensor loops
+    (``foreach=False``), the implementation torch picks on the CPU, on every device.
+    """
     torch.manual_seed(seed)
     gen = np.random.default_rng(seed)
     model: nn.Module
     opt: torch.optim.Optimizer
     if kind == "mlp":
         model = nn.Sequential(nn.Linear(256, width), nn.GELU(), nn.Linear(width, 10))
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-        xm = torch.from_numpy(gen.standard_normal((4, batch, 256)).astype(np.float32))
-        ym = torch.from_numpy(gen.integers(0, 10, (4, batch)))
+        model.to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=False)
+        xm = torch.from_numpy(gen.standard_normal((4, batch, 256)).astype(np.float32)).to(device)
+        ym = torch.from_numpy(gen.integers(0, 10, (4, batch))).to(device)
 
         def loss_of(i: int) -> torch.Tensor:
             return F.cross_entropy(model(xm[i % 4]), ym[i % 4])
 
         clip = None
     elif kind == "resnet":
-        model = ResNet(width)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
+        model = ResNet(width).to(device)
+        opt = torch.optim.SGD(
+            model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4, foreach=False
+        )
         x = torch.from_numpy(gen.standard_normal((4, batch, 3, 16, 16)).astype(np.float32))
-        y = torch.from_numpy(gen.integers(0, 10, (4, batch)))
+        x = x.to(device)
+        y = torch.from_numpy(gen.integers(0, 10, (4, batch))).to(device)
 
         def loss_of(i: int) -> torch.Tensor:
             return F.cross_entropy(model(x[i % 4]), y[i % 4])
 
         clip = None
     elif kind == "lm":
-        model = TinyLM(width)
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-        toks = torch.from_numpy(gen.integers(0, 96, (4, batch, 33)))
+        model = TinyLM(width).to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=False)
+        toks = torch.from_numpy(gen.integers(0, 96, (4, batch, 33))).to(device)
 
         def loss_of(i: int) -> torch.Tensor:
             t = toks[i % 4]

@@ -3,7 +3,7 @@
 A log lists the rounding decisions a worker took where its float64 value lay within τ of a
 float32 rounding boundary. Its bytes are::
 
-    "DKRL" || u8(version=4) || u8(precision=1) || u8(tau_log2) || u8(0)
+    "DKRL" || u8(version=5) || u8(precision=1) || u8(tau_log2) || u8(0)
       || job_id (32) || u64(interval) || u64(sites) || trace (32) || u64(count)
       || groups, one per site with entries, each
          varint(site_delta) || varint(n - 1) || varint(first element) || u8(r) || bits
@@ -36,8 +36,10 @@ MAGIC = b"DKRL"
 # threshold the job's t; 3: the same bytes, bounded sites' elements at their own thresholds
 # (SPEC VI §2), so a version-2 log of the same run lists other entries; 4: the same bytes,
 # convolutions summed in blocks (SPEC VI §2, K' in γ), so their elements' thresholds are
-# smaller and a version-3 log of the same run lists more entries
-VERSION = 4
+# smaller and a version-3 log of the same run lists more entries; 5: the same bytes, attention
+# as its math decomposition, div/sqrt/reciprocal correctly rounded and site zeros +0 (SPEC VI
+# §1, §2), so that a CUDA run and a CPU replay have the same sites and bits
+VERSION = 5
 PRECISION_F32_FROM_F64 = 1
 HEADER_SIZE = 96
 MIN_TAU_LOG2 = 6

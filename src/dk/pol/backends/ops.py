@@ -27,11 +27,11 @@ EXACT_OPS = frozenset(
     eq ne lt le gt ge logical_and logical_or logical_not logical_xor isnan isinf isfinite
     any all nonzero argmax argmin max min amax amin maximum minimum clamp clamp_min clamp_max
     sort topk sign abs neg relu threshold threshold_backward hardtanh hardtanh_backward
-    mul div sqrt reciprocal floor ceil trunc round frac remainder fmod
+    mul floor ceil trunc round frac remainder fmod
     max_pool2d_with_indices is_same_size _has_compatible_shallow_copy_type
     select_backward slice_backward as_strided_scatter slice_scatter select_scatter
     equal is_nonzero item sym_size sym_stride sym_numel sym_storage_offset
-    _fused_sdp_choice
+    _fused_sdp_choice tril triu
     """.split()
 )
 
@@ -42,7 +42,7 @@ COVERED_OPS = frozenset(
     mm addmm bmm baddbmm addmv mv dot matmul linear addbmm
     convolution convolution_backward _convolution
     sum mean var var_mean std std_mean norm linalg_vector_norm prod cumsum logsumexp
-    _softmax _log_softmax _softmax_backward_data _log_softmax_backward_data
+    _softmax _safe_softmax _log_softmax _softmax_backward_data _log_softmax_backward_data
     native_layer_norm native_layer_norm_backward
     native_batch_norm native_batch_norm_backward _native_batch_norm_legit
     _native_batch_norm_legit_functional _native_batch_norm_legit_no_training
@@ -83,15 +83,22 @@ SPLIT_OPS = frozenset(
 )
 # Foreach forms of exact arithmetic.
 EXACT_FOREACH = frozenset(
-    "_foreach_mul _foreach_div _foreach_neg _foreach_zero _foreach_copy _foreach_maximum "
-    "_foreach_clamp_min _foreach_clamp_max _foreach_abs _foreach_sqrt".split()
+    "_foreach_mul _foreach_neg _foreach_zero _foreach_copy _foreach_maximum "
+    "_foreach_clamp_min _foreach_clamp_max _foreach_abs".split()
 )
+# Float32 operations IEEE-754 rounds once that torch's kernels do not always (the CPU's sqrt,
+# CUDA's division by a host scalar): computed on float64 copies and rounded once (SPEC VI §1).
+ROUNDED64_OPS = frozenset(
+    "div sqrt reciprocal _foreach_div _foreach_sqrt _foreach_reciprocal".split()
+)
+ROUNDED64 = "rounded64"
 
 _cache: dict[Any, str] = {}
 
 
 def classify(func: Any, args: Any, kwargs: Any) -> str:
-    """``EXACT``, ``COVERED``, ``SPLIT``, ``RANDOM`` or ``UNKNOWN`` for one call (SPEC VI §1)."""
+    """``EXACT``, ``ROUNDED64``, ``COVERED``, ``SPLIT``, ``DECOMPOSED``, ``RANDOM`` or
+    ``UNKNOWN`` for one call (SPEC VI §1)."""
     kind = _cache.get(func)
     if kind is None:
         kind = _static_kind(func)
@@ -108,6 +115,8 @@ def _static_kind(func: Any) -> str:
     base = func.overloadpacket.__name__.rstrip("_")
     if base in ALPHA_OPS:
         return "alpha"
+    if base in ROUNDED64_OPS:
+        return ROUNDED64
     if base in EXACT_OPS or base in EXACT_FOREACH:
         return EXACT
     if base in DECOMPOSED_OPS:

@@ -64,13 +64,13 @@ class RoundingRecorder:
 
     def _enter(self) -> None:
         if self._mode is not None and not self._active:
-            self._mode.__enter__()  # type: ignore[no-untyped-call]  # torch: untyped
+            self._mode.__enter__()
             self._active = True
 
     def _exit(self) -> None:
         if self._mode is not None and self._active:
             self._active = False
-            self._mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]
+            self._mode.__exit__(None, None, None)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

@@ -59,7 +59,7 @@ from dk.pol.backends.log import (
     TRACE_MISMATCH,
     RoundingLog,
 )
-from dk.pol.backends.split import run_split
+from dk.pol.backends.split import run_rounded64, run_split
 
 _M29 = (1 << 29) - 1
 _HALF = 1 << 28
@@ -155,6 +155,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         # (name, shape) of each site, when a recorder compares steps (recording.py)
         self.signatures: list[tuple[str, tuple[int, ...]]] | None = None
         self._given: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._pins: list[tuple[Any, bool]] = []
         if log is not None:
             self._given = _group(log.entries)
             self._log = log
@@ -171,6 +172,33 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         """A mode that follows ``log`` (check it first with ``log.check_binding``: SPEC VI §4)."""
         return cls(job_id=log.job_id, interval=log.interval, tau_log2=log.tau_log2, log=log)
 
+    # -- the kernels composite operations choose ---------------------------------------------
+
+    def __enter__(self) -> RoundedMode:
+        """Activate the mode, with the choices of composite operations pinned (SPEC VI §1).
+
+        Scaled dot-product attention runs as its math decomposition and cuDNN is off while the
+        mode is active: the fused attention kernels and cuDNN's batch norm are other ATen
+        operations on other devices, so without the pin a CUDA run's sites would not line up
+        with a CPU replay's. Both are process-wide torch settings, restored on exit.
+        """
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        sdpa = sdpa_kernel(SDPBackend.MATH)
+        sdpa.__enter__()
+        self._pins.append((sdpa, torch.backends.cudnn.enabled))
+        torch.backends.cudnn.enabled = False
+        super().__enter__()  # type: ignore[no-untyped-call]  # torch: untyped
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)  # type: ignore[no-untyped-call]  # torch: untyped
+        finally:
+            sdpa, cudnn = self._pins.pop()
+            torch.backends.cudnn.enabled = cudnn
+            sdpa.__exit__(None, None, None)
+
     # -- the dispatch ------------------------------------------------------------------------
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -181,6 +209,14 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             kind = op_tables.classify(func, args, kwargs)
             if kind == op_tables.EXACT:
                 return func(*args, **kwargs)
+            if kind == op_tables.ROUNDED64:
+                if kwargs.get("rounding_mode") is not None:  # floor/trunc: the CPU's kernel
+                    if _off_cpu(args):
+                        raise UnsupportedOp(
+                            f"rounded backend: {func} with a rounding mode off the CPU (SPEC VI §1)"
+                        )
+                    return func(*args, **kwargs)
+                return run_rounded64(func, args, kwargs)
             if kind == op_tables.COVERED:
                 return self._covered(func, args, kwargs)
             if kind == op_tables.SPLIT:
@@ -323,8 +359,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                     "rounding boundary but the log has no entry for it",
                     reason=LOG_MISSING,
                 )
-        if elems.size:
-            r[elems] = _neighbour(r[elems], v[elems], ups)
+        if elems.size:  # a neighbour may be a zero: +0, as every site's zero (SPEC VI §2)
+            r[elems] = _neighbour(r[elems], v[elems], ups) + np.float32(0.0)
         return r
 
     def _band_bounded(
@@ -426,6 +462,11 @@ def _random(func: Any, args: Any, kwargs: Any) -> Any:
     if func.overloadpacket.__name__.endswith("_"):
         return self_.copy_(r)
     return r
+
+
+def _off_cpu(args: Any) -> bool:
+    """Whether a floating tensor among ``args`` lives off the CPU."""
+    return any(_is_float(t) and t.device.type != "cpu" for t in tree_flatten(args)[0])
 
 
 def _f32_scalar(x: float, like: torch.Tensor) -> torch.Tensor:

@@ -10,17 +10,28 @@ another. The rounded backend computes them as::
     addcdiv(s, t1, t2, v) = s ⊕ (f32(v) ⊗ (t1 ⊘ t2))
     lerp(s, e, w)         = s ⊕ (w ⊗ (e ⊖ s))
 
-each ``⊕ ⊗ ⊘ ⊖`` a separate, correctly rounded float32 operation (one ATen call each), so the
-result is the same on every thread count and device. No log is needed.
+each ``⊕ ⊗ ⊘ ⊖`` a separate, correctly rounded float32 operation, so the result is the same
+on every thread count and device. No log is needed.
+
+``⊘`` and the **correctly rounded** operations (``div``, ``sqrt``, ``reciprocal`` and their
+``_foreach_`` forms, :func:`run_rounded64`) run on float64 copies of their float32 operands and
+round once to float32: a float64 quotient, square root or reciprocal of float32 operands rounds
+to the correctly rounded float32 result (double rounding is innocuous for these operations
+when the wider format has at least ``2p + 2`` bits, 53 ≥ 2·24 + 2). torch's own float32 kernels
+are not all correctly rounded: the CPU's ``sqrt`` differs from IEEE-754 in about a fifth of the
+elements (torch 2.11 and 2.13), and CUDA divides by a host scalar as a multiplication by its
+reciprocal. This is one rule that gives the same bits on every device.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 _F32 = torch.float32
+_F64 = torch.float64
 
 
 def _bind(func: Any, args: Any, kwargs: Any) -> dict[str, Any]:
@@ -54,7 +65,7 @@ def _one(base: str, v: dict[str, Any], i: int | None) -> torch.Tensor:
     if base == "rsub":  # rsub(a, b, α) = b ⊖ (a ⊗ f32(α))
         return torch.sub(_f32(get("other"), s), torch.mul(s, _f32(v.get("alpha", 1), s)))
     if base in ("addcmul", "addcdiv"):
-        t = torch.mul(get("tensor1"), get("tensor2")) if base == "addcmul" else torch.div(
+        t = torch.mul(get("tensor1"), get("tensor2")) if base == "addcmul" else div32(
             get("tensor1"), get("tensor2"))  # fmt: skip
         value = get("scalars") if "scalars" in v else v.get("value", 1)
         if isinstance(value, torch.Tensor) and value.dim() == 1 and i is not None:
@@ -80,6 +91,57 @@ def run_split(func: Any, args: Any, kwargs: Any) -> Any:
             return None
         return res
     r = _one(base, v, None)
+    if inplace:
+        return v["self"].copy_(r)
+    if v.get("out") is not None:
+        return v["out"].copy_(r)
+    return r
+
+
+def div32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a ⊘ b`` for float32 tensors: correctly rounded on every device (float64, then once)."""
+    return torch.div(a.to(_F64), b.to(_F64)).to(_F32)
+
+
+def _as64(x: Any, like: torch.Tensor) -> torch.Tensor:
+    """An operand converted as torch's type promotion to float32 does, then exactly to float64,
+    on ``like``'s device (a number or 0-d CPU tensor becomes ``f32(x)``)."""
+    if isinstance(x, torch.Tensor) and not (x.dim() == 0 and x.device != like.device):
+        return x.to(_F32).to(_F64)
+    value = x.item() if isinstance(x, torch.Tensor) else x
+    return torch.tensor(float(np.float32(value)), dtype=_F64, device=like.device)
+
+
+def _rounded64(base: str, a: torch.Tensor, b: Any) -> torch.Tensor:
+    if base == "div":
+        if torch.result_type(a, b) != _F32:
+            return torch.div(a, b)
+        return torch.div(_as64(a, a), _as64(b, a)).to(_F32)
+    fn = torch.sqrt if base == "sqrt" else torch.reciprocal
+    if a.dtype != _F32:
+        return fn(a)
+    return fn(a.to(_F64)).to(_F32)
+
+
+def run_rounded64(func: Any, args: Any, kwargs: Any) -> Any:
+    """``div`` (true division), ``sqrt``, ``reciprocal`` and their ``_foreach_`` forms of float32
+    tensors, correctly rounded on every device (in-place and ``out=`` honoured)."""
+    name = func.overloadpacket.__name__
+    inplace = name.endswith("_")
+    base = name.rstrip("_").removeprefix("_foreach_")
+    v = _bind(func, args, kwargs)
+    other = next((v[k] for k in ("other", "scalar", "scalars") if k in v), None)
+    if name.startswith("_foreach_"):
+        res = [
+            _rounded64(base, t, other[i] if isinstance(other, list | tuple) else other)
+            for i, t in enumerate(v["self"])
+        ]
+        if inplace:
+            for t, r in zip(v["self"], res, strict=True):
+                t.copy_(r)
+            return None
+        return res
+    r = _rounded64(base, v["self"], other)
     if inplace:
         return v["self"].copy_(r)
     if v.get("out") is not None:

@@ -101,7 +101,8 @@ def exp32(x: Any) -> Any:
         return INF
     if x < EXP_UNDER:
         return ZERO
-    n = math.floor(mul(x, LOG2E) + HALF)
+    # int(): on CUDA, math.floor of a float32 is a float (a table index must be an integer)
+    n = int(math.floor(mul(x, LOG2E) + HALF))  # noqa: RUF046
     fn = F(n)
     r = (x - mul(fn, LN2_HI)) - mul(fn, LN2_LO)
     z = mul(r, r)
