@@ -15,6 +15,9 @@ Parts (default: ``env,ieee,rounded,seeds,exact,bundle``, in that order):
   logs on its CPU (``python bench/device_check.py OUT replay-here``;
   ``tests/unit/rounded/data/h100_logs.npz`` is such a file).
 * ``seeds``: 10 seeds of each example recorded on CUDA and replayed on the CPU.
+* ``bf16``: the examples under bfloat16 autocast: recorded and replayed on CUDA; whether the
+  CPU's autocast gives the same sites; a bf16 job trained on CUDA, verified on CUDA and (refused
+  as ``BACKEND_UNAVAILABLE``) with ``--device cpu``.
 * ``exact``: dk's exact CUDA kernels compiled by NVVM and run on the GPU against the CPU
   kernels, bit for bit (``tests/unit/exact/_exact_sim.py`` without the simulator); the
   compression kernels' CUDA tests and the tests skipped on machines without CUDA, under pytest
@@ -398,6 +401,78 @@ def part_ieee() -> None:
     check("ieee", "cuda_keeps_subnormals", bool(np.all(keep == sub)), keep.tolist())
 
 
+# -- bf16 ----------------------------------------------------------------------------------
+
+
+def part_bf16(steps: int = 3) -> None:
+    """bfloat16 autocast under the rounded backend: a CUDA recording replayed on CUDA; whether
+    the CPU's autocast gives the same sites (SPEC VI §6 says it need not); a bf16 job trained on
+    CUDA verified on CUDA (accept) and with --device cpu (BACKEND_UNAVAILABLE)."""
+    import torch
+
+    from dk.errors import FormatError
+    from dk.pol.backends import examples as ex
+    from dk.pol.backends.log import decode_log
+    from dk.pol.backends.rounded import RoundedMode
+
+    def run(kind: str, dev: str, init: dict[str, Any], log: Any = None) -> tuple[Any, Any]:
+        b = _build(kind, _dev(dev), init)
+        mode = RoundedMode.record(job_id=JOB_ID, interval=0) if log is None else (
+            RoundedMode.replay(decode_log(log)))  # fmt: skip
+        mode.signatures = []
+        with torch.autocast(_dev(dev).split(":")[0], dtype=torch.bfloat16):
+            ex.train(b, range(steps), lambda: mode)
+        return b, mode
+
+    for kind in EXAMPLES:
+        init_b = ex.build(kind, seed=0, **EXAMPLES[kind])
+        init = {k: v.detach().numpy().copy() for k, v in init_b["model"].state_dict().items()}
+        b, rec = run(kind, "cuda", init)
+        log = rec.finish().encode()
+        b2, rep = run(kind, "cuda", init, log)
+        rep.finish()
+        check(kind, "bf16_cuda_log_replayed_on_cuda", _root(b2) == _root(b),
+              {"sites": rec.sites, "entries": len(decode_log(log).entries),
+               "bf16_sites": sum(n.endswith(":bf16") for n, _ in rec.signatures)})  # fmt: skip
+        _, cpu = run(kind, "cpu", init)
+        same = cpu.signatures == rec.signatures
+        check(
+            kind,
+            "bf16_sites_cpu_vs_cuda",
+            True,
+            f"same sites: {same} ({len(cpu.signatures)} vs {len(rec.signatures)})",
+        )
+        try:
+            b3, rep = run(kind, "cpu", init, log)
+            rep.finish()
+            what = f"replayed on the CPU: root {'equal' if _root(b3) == _root(b) else 'differs'}"
+        except FormatError as e:
+            what = f"CPU replay refused: {e.reason}"
+        check(kind, "bf16_cuda_log_on_cpu", True, what)
+    sys.path.insert(0, str(ROOT / "tests" / "unit" / "rounded"))
+    from bundle_worker import make_job  # type: ignore[import-not-found]
+
+    from dk.crypto.keys import SigningKey
+    from dk.pol.train import train_job
+    from dk.prover import prove_run
+    from dk.verifier import verify_bundle
+
+    w = OUT / "bf16-bundle"
+    job = make_job(w, "resnet", "bf16")
+    job = job.with_updates(train={"device": _dev("cuda")})
+    (w / "job.toml").write_text(job.to_toml())
+    train_job(job, w / "run")
+    prove_run(w / "run", job, SigningKey(bytes(range(32))), w / "bundle")
+    for dev, want in (("cuda", "accept"), ("cpu", "inconclusive")):
+        rep = verify_bundle(w / "bundle", w / "job.toml", beacon=bytes(32), samples=100,
+                            device=_dev(dev))  # fmt: skip
+        check("bf16_bundle", f"cuda_trained_verified_on_{dev}", rep.verdict == want,
+              {"verdict": rep.verdict, "codes": rep.codes})  # fmt: skip
+    import shutil
+
+    shutil.rmtree(w)
+
+
 # -- seeds ---------------------------------------------------------------------------------
 
 
@@ -536,7 +611,7 @@ def main(argv: list[str]) -> int:
     global OUT
     OUT = Path(argv[0])
     OUT.mkdir(parents=True, exist_ok=True)
-    default = ["env", "ieee", "rounded", "seeds", "exact", "bundle"]
+    default = ["env", "ieee", "rounded", "seeds", "bf16", "exact", "bundle"]
     parts = argv[1].split(",") if len(argv) > 1 and not argv[1].startswith("-") else default
     steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else 4
     os.environ["DK_DEVICE_STEPS"] = str(steps)
@@ -561,6 +636,7 @@ def main(argv: list[str]) -> int:
         "diag": part_diag,
         "ieee": part_ieee,
         "seeds": part_seeds,
+        "bf16": part_bf16,
     }
     for p in parts:
         run_part(p, table[p])

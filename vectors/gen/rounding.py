@@ -175,6 +175,69 @@ def _replay_cases() -> list[dict[str, Any]]:
     return cases
 
 
+def bf16_site_values() -> np.ndarray:
+    """12 float64 values at chosen distances from bfloat16 boundaries: ties, near-ties (whose
+    float32 rounding is the tie: direct rounding differs from rounding through float32), a
+    quarter gap, an exact value, a subnormal tie and zero."""
+    out = []
+    for base in (1.0, -3.0):
+        gap = 2.0**-7 * (2.0 if abs(base) >= 2 else 1.0)
+        out += [np.sign(base) * (abs(base) + f * gap) for f in (0.5, 0.5 + 2.0**-30, 0.25, 0.0)]
+    out += [np.nextafter(1.0 + 2.0**-8, 2.0), 2.0**-133 * 0.5, 2.0**-133 * 2.5, 0.0]
+    return np.array(out, dtype=np.float64)
+
+
+def _bf16_replay_cases() -> list[dict[str, Any]]:
+    """A bfloat16 site (SPEC VI §2, bfloat16 sites): the same rules in bfloat16 gaps."""
+    import torch
+
+    from dk.pol.backends.rounded import RoundedMode
+
+    v, name = bf16_site_values(), "mm.default"
+    mode = RoundedMode.record(job_id=JOB, interval=0, tau_log2=K)
+    mode.round_site(torch.from_numpy(v.copy()), name, dtype=torch.bfloat16)
+    honest = mode.finish()
+    e = honest.entries
+    cases: list[dict[str, Any]] = []
+
+    def add(comment: str, log: RoundingLog, reason: str | None = None) -> None:
+        case: dict[str, Any] = {"comment": comment, "values": v.astype("<f8").tobytes().hex(),
+                                "name": name, "dtype": "bfloat16",
+                                "log": log.encode().hex()}  # fmt: skip
+        if reason is None:
+            replay = RoundedMode.replay(log)
+            r = replay.round_site(torch.from_numpy(v.copy()), name, dtype=torch.bfloat16)
+            replay.finish()
+            case.update(result="valid", rounded=r.float().numpy().astype("<f4").tobytes().hex())
+        else:
+            case.update(result="invalid", expected_reason=reason)
+        cases.append(case)
+
+    add(f"bfloat16 site, honest log ({len(e)} entries: ties, near-ties, subnormal)", honest)
+    add("bfloat16 site: entry for an element a quarter bfloat16 gap from its boundary",
+        RoundingLog(**{**vars(honest), "entries": sorted([*e, (0, 2, 1)])}),
+        "ROUNDING_LOG_INVALID")  # fmt: skip
+    add("bfloat16 site: entry for an exactly representable value",
+        RoundingLog(**{**vars(honest), "entries": sorted([*e, (0, 3, 0)])}),
+        "ROUNDING_LOG_INVALID")  # fmt: skip
+    add("bfloat16 site: tie entry dropped", RoundingLog(**{**vars(honest), "entries": e[1:]}),
+        "ROUNDING_LOG_MISSING")  # fmt: skip
+    add("bfloat16 site replayed as a float32 site (other trace)",
+        RoundingLog(**{**vars(honest), "trace": _float32_trace(v, name)}),
+        "ROUNDING_TRACE_MISMATCH")  # fmt: skip
+    return cases
+
+
+def _float32_trace(v: np.ndarray, name: str) -> bytes:
+    import torch
+
+    from dk.pol.backends.rounded import RoundedMode
+
+    mode = RoundedMode.record(job_id=JOB, interval=0, tau_log2=K)
+    mode.round_site(torch.from_numpy(v.copy()), name)
+    return mode.finish().trace
+
+
 # A bounded site (SPEC VI §2): 64 terms, S = 2 at values near 1, so beta = 64 units of 2^-29
 # gap, t_e = 2.5·64 + 2 = 162 (an entry accepted up to 324) and m_e = 0.4·64 = 25.6, against
 # the job's t = 2^17 (k = 12). Distances D of the 8 values from their float32 midpoint:
@@ -334,7 +397,7 @@ def generate(root: Path, *, bundles: bool = True) -> None:
     write_cases(
         root / "rounding" / "replay.json",
         "rounding-replay",
-        _number(_replay_cases() + _bounded_replay_cases()),
+        _number(_replay_cases() + _bounded_replay_cases() + _bf16_replay_cases()),
     )
     write_cases(root / "rounding" / "blocks.json", "rounding-blocks", _number(_blocks_cases()))
     if bundles:

@@ -304,8 +304,8 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     _choice(p, "backend", ("dk", "torch", "rounded"))
     if p["backend"] == "rounded" and (p["mode"] != "exact" or t["compression"]):
         raise _fail("pol.backend = 'rounded' (rounding log) is for exact mode without compression")
-    if p["backend"] == "rounded" and t.get("precision", "fp32") != "fp32":
-        raise _fail("pol.backend = 'rounded' trains in fp32 (SPEC VI §1: no autocast)")
+    if p["backend"] == "rounded" and t.get("precision", "fp32") not in ("fp32", "bf16"):
+        raise _fail("pol.backend = 'rounded' trains in fp32 or under bf16 autocast (SPEC VI §1)")
     if p["backend"] == "dk" and p["mode"] != "exact":
         raise _fail("pol.backend = 'dk' (reproducible kernels) is for exact mode")
     if p["backend"] == "dk" and t["compression"] and t.get("world_size", 1) == 1:

@@ -217,11 +217,27 @@ def resolve_device(job: JobSpec, device: str | None = None) -> torch.device:
 
 def replay_device(job: JobSpec, device: str | None = None) -> torch.device:
     """Where a verifier replays: ``device`` if given; else the job's device where this machine
-    has it, otherwise the CPU (a tolerant replay of a CUDA run on a CPU is legitimate)."""
+    has it, otherwise the CPU (a tolerant replay of a CUDA run on a CPU is legitimate).
+
+    Raises:
+        BackendUnavailable: a rounded bf16 job off its own device type (SPEC VI §6: autocast
+            casts other operations on the CPU than on CUDA, so the sites differ).
+    """
     if device is not None:
-        return resolve_device(job, device)
-    want = job.train.get("device", "cpu")
-    return torch.device("cuda" if want == "cuda" and torch.cuda.is_available() else "cpu")
+        dev = resolve_device(job, device)
+    else:
+        want = job.train.get("device", "cpu")
+        dev = torch.device("cuda" if want == "cuda" and torch.cuda.is_available() else "cpu")
+    own = str(job.train.get("device", "cpu")).split(":")[0]
+    rounded_bf16 = job.pol.get("backend") == "rounded" and job.train.get("precision") == "bf16"
+    if rounded_bf16 and dev.type != own:
+        from dk.errors import BackendUnavailable
+
+        raise BackendUnavailable(
+            f"a rounded bf16 job trained on {own} replays on {own} only (autocast casts other "
+            f"operations on {dev.type}, SPEC VI §6); this verifier would replay on {dev.type}"
+        )
+    return dev
 
 
 def autocast(job: JobSpec, device: torch.device) -> Any:

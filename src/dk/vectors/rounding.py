@@ -68,9 +68,13 @@ def _check_replay(case: dict[str, Any]) -> str:
             return "bound has another element count than values"
         k_sum = case["bound"].get("k_sum")  # a blocked sum's K' (SPEC VI §2); default K
         bound = Bound.given(int(case["bound"]["k"]), s, None if k_sum is None else int(k_sum))
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(case.get("dtype", "float32"))
+    if dtype is None:
+        return f"unknown site dtype {case.get('dtype')!r}"
     try:
         mode = RoundedMode.replay(decode_log(_bytes(case["log"])))
-        r = mode.round_site(torch.from_numpy(v.copy()), case["name"], bound).numpy()
+        site = mode.round_site(torch.from_numpy(v.copy()), case["name"], bound, dtype=dtype)
+        r = site.float().numpy()  # a bfloat16 site's values as float32 (exact)
         mode.finish()
     except FormatError as e:
         if case["result"] == "valid":

@@ -25,8 +25,9 @@ from typing import Any
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
-def make_job(work: Path, example: str, **pol: Any) -> Any:
-    """The CI-size rounded job of ``example`` (``resnet`` or ``lm``), written into ``work``."""
+def make_job(work: Path, example: str, precision: str = "fp32", **pol: Any) -> Any:
+    """The CI-size rounded job of ``example`` (``resnet`` or ``lm``), written into ``work``
+    (``precision = "bf16"``: the forward pass under bfloat16 autocast)."""
     from dk.pol.jobinit import default_job
 
     work.mkdir(parents=True, exist_ok=True)
@@ -65,6 +66,7 @@ def make_job(work: Path, example: str, **pol: Any) -> Any:
                    "accumulation": 2},
         )  # fmt: skip
     pol = {"backend": "rounded", **pol}
+    args["train"] = {**args["train"], "precision": precision}
     job = default_job(base_dir=work, steps=4, interval=2, pol=pol, **args)
     (work / "job.toml").write_text(job.to_toml())
     return job
@@ -85,7 +87,9 @@ def _users_loop(job: Any, run: Path) -> None:
     model, opt, loader = rec.attach(model=model, optimizer=opt)
     for x, y in loader:
         opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        with rec.autocast():  # the job's precision (bf16: autocast; fp32: nothing)
+            out = model(x)
+        F.cross_entropy(out.float(), y).backward()
         opt.step()
     rec.finish()
 

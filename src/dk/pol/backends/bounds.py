@@ -195,12 +195,18 @@ def bound_cap(t_bits: int) -> int:
 
 
 def thresholds(
-    v: np.ndarray, s: np.ndarray, k: int, t_bits: int, k_sum: int | None = None
+    v: np.ndarray,
+    s: np.ndarray,
+    k: int,
+    t_bits: int,
+    k_sum: int | None = None,
+    mant: int = 23,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-element thresholds ``(t_e, m_e)`` in units of ``D`` (SPEC VI §2).
 
     ``β = γ_K'·S⁺·2^29/g`` bounds one machine's float64 error in units of ``D``, with ``g`` the
-    float32 gap at ``v``, ``K' = k_sum`` (default ``K``) the blocked sum's term count and
+    float32 gap at ``v`` (``mant = 7``: the bfloat16 gap, SPEC VI §2), ``K' = k_sum`` (default
+    ``K``) the blocked sum's term count and
     ``S⁺ = S·(1 + K·2^-23) + K·2^-149`` (covering the float32 rounding of ``S`` itself, a sum
     of all ``K`` terms); ``t_e = min(T_cap, 2.5β + 2)`` (record, and an entry is accepted
     within ``2·t_e``) and ``m_e = min(T_cap/2, 0.4β)`` (the verifier demands an entry within it).
@@ -214,7 +220,7 @@ def thresholds(
     s = np.asarray(s, dtype=np.float64)
     a = np.abs(v)
     ex = np.frexp(a)[1]
-    gap = np.where(a >= _TINY, np.ldexp(1.0, ex - 24), 2.0**-149)
+    gap = np.where(a >= _TINY, np.ldexp(1.0, ex - 1 - mant), 2.0 ** (-126 - mant))
     with np.errstate(over="ignore", invalid="ignore"):
         beta = gamma * (s * (1.0 + k * 2.0**-23) + k * 2.0**-149) * 2.0**29 / gap
         cap = float(bound_cap(t_bits))

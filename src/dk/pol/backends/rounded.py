@@ -37,7 +37,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from dk.crypto.hashing import tagged_hash
 from dk.errors import FormatError
-from dk.pol.backends import blocked, kernels64
+from dk.pol.backends import bf16, blocked, kernels64
 from dk.pol.backends import ops as op_tables
 from dk.pol.backends._scan import bounded_scan, round_scan
 from dk.pol.backends.bounds import (
@@ -66,6 +66,8 @@ _HALF = 1 << 28
 _TINY = 2.0**-125  # below this |value| the float32 gap is 2^-149 (subnormal spacing)
 _F32 = torch.float32
 _F64 = torch.float64
+_BF16 = torch.bfloat16
+_LOW = (_F32, _BF16)  # the precisions a covered operation's floating inputs may have
 
 
 class UnsupportedOp(FormatError):
@@ -246,19 +248,23 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         flat, spec = tree_flatten((args, kwargs))
         up: dict[int, torch.Tensor] = {}
         new: list[Any] = []
+        low = False  # a bfloat16 input (autocast): the outputs' dtypes come from torch (meta)
         for a in flat:
             if _is_float(a):
-                if a.dtype != _F32:
+                if a.dtype not in _LOW:
                     raise UnsupportedOp(
-                        f"rounded backend: {func} on {a.dtype} (jobs are float32; SPEC VI §1)"
+                        f"rounded backend: {func} on {a.dtype} (jobs are float32, or bfloat16 "
+                        "under autocast; SPEC VI §1)"
                     )
+                low = low or a.dtype == _BF16
                 if id(a) not in up:
                     up[id(a)] = a.to(_F64)
                 new.append(up[id(a)])
-            elif a is _F32:
+            elif a is _F32 or a is _BF16:
                 new.append(_F64)
             else:
                 new.append(a)
+        dtypes = _meta_dtypes(func, args, kwargs) if low else None
         uargs, ukwargs = tree_unflatten(new, spec)
         if self.bounded and blocked.applies(func, ukwargs):  # SPEC VI §1, blocked sums
             out = blocked.run(func, uargs, self._float64, self.fast_kernels)
@@ -270,15 +276,16 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         for t in _written_args(func, args, kwargs):
             if _is_float(t) and id(t) in up:
                 with torch.no_grad():
-                    t.copy_(self.round_site(up[id(t)], name))
+                    t.copy_(self.round_site(up[id(t)], name, dtype=t.dtype))
                 written[id(up[id(t)])] = t
         out_flat, out_spec = tree_flatten(out)
         res = []
-        for o in out_flat:
+        for i, o in enumerate(out_flat):
             if isinstance(o, torch.Tensor) and id(o) in written:
                 res.append(written[id(o)])
             elif isinstance(o, torch.Tensor) and o.dtype == _F64:
-                res.append(self.round_site(o, name, bounds.get(id(o))))
+                dt = _F32 if dtypes is None else (dtypes[i] or _F32)
+                res.append(self.round_site(o, name, bounds.get(id(o)), dtype=dt))
             else:
                 res.append(o)
         return tree_unflatten(res, out_spec)
@@ -292,9 +299,14 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
     # -- rounding ----------------------------------------------------------------------------
 
     def round_site(
-        self, v: torch.Tensor, name: str = "", bound: Bound | None = None
+        self,
+        v: torch.Tensor,
+        name: str = "",
+        bound: Bound | None = None,
+        dtype: torch.dtype = _F32,
     ) -> torch.Tensor:
-        """Round one float64 output to float32, writing or following the log (SPEC VI §2).
+        """Round one float64 output to ``dtype`` (float32, or bfloat16 under autocast), writing
+        or following the log (SPEC VI §2).
 
         ``bound``: the site's a-priori error bound (``bounds.py``), which lowers the threshold
         of each element below the job's ``t``; None: every element's threshold is ``t``.
@@ -303,13 +315,19 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         if site >= MAX_SITES:
             raise UnsupportedOp("rounded backend: more rounding sites than SPEC VI §3 allows")
         self.sites += 1
+        if dtype == _BF16:
+            name = name + ":bf16"  # SPEC VI §2: the trace binds a bfloat16 site's precision
+        elif dtype != _F32:
+            raise UnsupportedOp(f"rounded backend: a {dtype} rounding site (SPEC VI §1)")
         nb = name.encode()
         dims = struct.pack(f"<B{v.dim()}Q", v.dim(), *v.shape)
         self.trace = tagged_hash(TAG_TRACE, self.trace, struct.pack("<I", len(nb)), nb, dims)
         if self.signatures is not None:
             self.signatures.append((name, tuple(v.shape)))
         vn = v.detach().contiguous().view(-1).cpu().numpy()  # no copy on CPU
-        if self.replaying:
+        if dtype == _BF16:
+            rn = self._round_bf16(site, vn, bound)
+        elif self.replaying:
             rn = self._follow(site, vn, bound)
         else:
             if bound is None:
@@ -322,11 +340,58 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                     raise UnsupportedOp("rounded backend: rounding log over its entry limit")
                 ups = rn[idx].astype(np.float64) > vn[idx]
                 self._rec.append((site, idx, ups, boundary_distance(vn[idx])))
-        r = torch.from_numpy(rn).to(v.device)
-        r = r.view(v.shape)
+        r = torch.from_numpy(rn)
+        if dtype == _BF16:
+            r = r.to(_BF16)  # exact: rn holds bfloat16 values
+        r = r.to(v.device).view(v.shape)
         if v.is_contiguous():
             return r
-        return torch.empty_strided(v.shape, v.stride(), dtype=_F32, device=v.device).copy_(r)
+        return torch.empty_strided(v.shape, v.stride(), dtype=dtype, device=v.device).copy_(r)
+
+    def _round_bf16(self, site: int, v: np.ndarray, bound: Bound | None) -> np.ndarray:
+        """A bfloat16 site (SPEC VI §2 with bfloat16's gap): record its entries, or check and
+        follow the log's; the rounded values as float32 holding bfloat16 numbers."""
+        r = bf16.rne(v)
+        d = bf16.distance(v)
+        if bound is None:
+            t_e = np.full(v.size, float(self.t_bits))
+            m_e = t_e / 2
+        else:
+            t_e, m_e = thresholds(v, bound.s(), bound.k, self.t_bits, bound.k_sum, mant=bf16.MANT)
+        if not self.replaying:
+            idx = np.flatnonzero(d <= t_e)
+            if idx.size:
+                self._count += idx.size
+                if self._count > MAX_ENTRIES:
+                    raise UnsupportedOp("rounded backend: rounding log over its entry limit")
+                self._rec.append((site, idx, r[idx].astype(np.float64) > v[idx], d[idx]))
+            return r
+        elems, ups = self._given.get(site, (_EMPTY, _EMPTY_B))
+        if elems.size:
+            if int(elems[-1]) >= v.size:
+                raise RoundingLogError(
+                    f"rounding log: site {site} has {v.size} elements, entry names "
+                    f"{int(elems[-1])}",
+                    reason=LOG_INVALID,
+                )
+            far = d[elems] > 2 * t_e[elems]
+            if far.any():
+                raise RoundingLogError(
+                    f"rounding log: site {site} element {int(elems[far][0])} is not within twice "
+                    "its threshold of a bfloat16 rounding boundary in the verifier's computation",
+                    reason=LOG_INVALID,
+                )
+        need = np.flatnonzero(d <= m_e)
+        missing = need[~np.isin(need, elems)]
+        if missing.size:
+            raise RoundingLogError(
+                f"rounding log: site {site} element {int(missing[0])} lies within τ/2 of a "
+                "bfloat16 rounding boundary but the log has no entry for it",
+                reason=LOG_MISSING,
+            )
+        if elems.size:
+            r[elems] = bf16.neighbour(r[elems], v[elems], ups)
+        return r
 
     def _follow(self, site: int, v: np.ndarray, bound: Bound | None) -> np.ndarray:
         """Check the log's entries of ``site`` against ``v``; the float32 rounding they give."""
@@ -462,6 +527,18 @@ def _random(func: Any, args: Any, kwargs: Any) -> Any:
     if func.overloadpacket.__name__.endswith("_"):
         return self_.copy_(r)
     return r
+
+
+def _meta_dtypes(func: Any, args: Any, kwargs: Any) -> list[torch.dtype | None]:
+    """The dtype torch gives each output (flattened) of ``func`` on these arguments, from the
+    meta device (no data): float32 or bfloat16 under autocast, by torch's own rules."""
+    from torch.utils._pytree import tree_map
+
+    def meta(a: Any) -> Any:
+        return a.to("meta") if isinstance(a, torch.Tensor) else a
+
+    out = func(*tree_map(meta, args), **tree_map(meta, kwargs))
+    return [o.dtype if isinstance(o, torch.Tensor) else None for o in tree_flatten(out)[0]]
 
 
 def _off_cpu(args: Any) -> bool:

@@ -32,6 +32,7 @@ import torch
 
 _F32 = torch.float32
 _F64 = torch.float64
+_BF16 = torch.bfloat16
 
 
 def _bind(func: Any, args: Any, kwargs: Any) -> dict[str, Any]:
@@ -113,14 +114,15 @@ def _as64(x: Any, like: torch.Tensor) -> torch.Tensor:
 
 
 def _rounded64(base: str, a: torch.Tensor, b: Any) -> torch.Tensor:
-    if base == "div":
-        if torch.result_type(a, b) != _F32:
-            return torch.div(a, b)
-        return torch.div(_as64(a, a), _as64(b, a)).to(_F32)
+    """One correctly rounded operation; a bfloat16 result (autocast) is the float32 result
+    rounded once more, as torch's bfloat16 kernels compute in float32 (SPEC VI §1)."""
     fn = torch.sqrt if base == "sqrt" else torch.reciprocal
-    if a.dtype != _F32:
-        return fn(a)
-    return fn(a.to(_F64)).to(_F32)
+    dt = torch.result_type(a, b) if base == "div" else a.dtype
+    if dt not in (_F32, _BF16):
+        return torch.div(a, b) if base == "div" else fn(a)
+    q = torch.div(_as64(a, a), _as64(b, a)) if base == "div" else fn(a.to(_F32).to(_F64))
+    r = q.to(_F32)
+    return r if dt == _F32 else r.to(_BF16)
 
 
 def run_rounded64(func: Any, args: Any, kwargs: Any) -> Any:
