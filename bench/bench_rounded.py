@@ -204,7 +204,7 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 what, d, kind, width, batch = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:6])
 seen, worst = {}, {}
 class Probe(RoundedMode):
-    def round_site(self, v, name=""):
+    def round_site(self, v, name="", *args, **kwargs):
         s, vn = self.sites, v.detach().contiguous().view(-1).numpy().copy()
         if what == "dump":
             seen[str(s)] = torch.from_numpy(vn)
@@ -216,7 +216,7 @@ class Probe(RoundedMode):
             x = float((np.abs(a - vn)[ok] / g[ok]).max(initial=0))
             worst[name] = max(worst.get(name, 0.0), x)
             v = torch.from_numpy(a).view(v.shape)  # the other run's value: same state after
-        return super().round_site(v, name)
+        return super().round_site(v, name, *args, **kwargs)
 b = ex.build(kind, seed=0, width=width, batch=batch)
 if what == "dump":
     save_file({k: t.contiguous() for k, t in b["model"].state_dict().items()}, f"{d}/init")

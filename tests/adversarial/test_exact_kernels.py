@@ -42,8 +42,8 @@ import dk.pol.replay as replay
 from dk.pol import load_job
 from dk.verifier import verify_bundle
 made = []
-def spy(job, dataset):
-    made.append(_make(job, dataset))
+def spy(job, dataset, *rest):
+    made.append(_make(job, dataset, *rest))
     return made[-1]
 _make, replay.make_replayer = replay.make_replayer, spy
 job = load_job("job.toml")

@@ -166,9 +166,10 @@ def test_an_uncovered_operation_is_named_at_record_time(tmp_path: Path) -> None:
     assert clear_dead_modes() == 1  # the loop never finished its Recorder: the mode is left
 
 
-def test_rounded_jobs_are_fp32() -> None:
-    with pytest.raises(FormatError, match="fp32"):
-        _job(train={"precision": "bf16"})
+def test_rounded_jobs_are_fp32_or_bf16() -> None:
+    assert _job(train={"precision": "bf16"}).train["precision"] == "bf16"
+    with pytest.raises(FormatError, match="fp32 or under bf16 autocast"):
+        _job(train={"precision": "fp16"})
 
 
 def test_replay_failures_map_to_spec_vi_codes() -> None:

@@ -28,15 +28,19 @@ class _OtherMachine(RoundedMode):
     ``u ∈ {-1, 0, 1}`` seeded per site."""
 
     def round_site(
-        self, v: torch.Tensor, name: str = "", bound: Bound | None = None
+        self,
+        v: torch.Tensor,
+        name: str = "",
+        bound: Bound | None = None,
+        dtype: torch.dtype = torch.float32,
     ) -> torch.Tensor:
         g = torch.Generator().manual_seed(self.sites)
         u = torch.randint(-1, 2, v.shape, generator=g).to(torch.float64)
         if bound is None:
-            return super().round_site(v * (1.0 + u * REL), name, bound)
+            return super().round_site(v * (1.0 + u * REL), name, bound, dtype)
         gamma = bound.k * 2.0**-53 / (1 - bound.k * 2.0**-53)
         s = torch.from_numpy(bound.s()).view(v.shape)
-        return super().round_site(v + u * gamma * s, name, bound)
+        return super().round_site(v + u * gamma * s, name, bound, dtype)
 
 
 def _train(mode: RoundedMode) -> bytes:
