@@ -335,11 +335,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             else:  # SPEC VI §2: the element's own threshold t_e, at most the cap
                 rn, idx = self._band_bounded(vn, bound, use_m=False)
             if idx.size:
-                self._count += idx.size
-                if self._count > MAX_ENTRIES:
-                    raise UnsupportedOp("rounded backend: rounding log over its entry limit")
                 ups = rn[idx].astype(np.float64) > vn[idx]
-                self._rec.append((site, idx, ups, boundary_distance(vn[idx])))
+                self._note(site, idx, ups, boundary_distance(vn[idx]))
         r = torch.from_numpy(rn)
         if dtype == _BF16:
             r = r.to(_BF16)  # exact: rn holds bfloat16 values
@@ -347,6 +344,13 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         if v.is_contiguous():
             return r
         return torch.empty_strided(v.shape, v.stride(), dtype=dtype, device=v.device).copy_(r)
+
+    def _note(self, site: int, idx: np.ndarray, ups: np.ndarray, dist: np.ndarray) -> None:
+        """Record entries of one site (SPEC VI §2), within the log's entry limit (§3)."""
+        self._count += idx.size
+        if self._count > MAX_ENTRIES:
+            raise UnsupportedOp("rounded backend: rounding log over its entry limit")
+        self._rec.append((site, idx, ups, dist))
 
     def _round_bf16(self, site: int, v: np.ndarray, bound: Bound | None) -> np.ndarray:
         """A bfloat16 site (SPEC VI §2 with bfloat16's gap): record its entries, or check and
@@ -361,34 +365,11 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         if not self.replaying:
             idx = np.flatnonzero(d <= t_e)
             if idx.size:
-                self._count += idx.size
-                if self._count > MAX_ENTRIES:
-                    raise UnsupportedOp("rounded backend: rounding log over its entry limit")
-                self._rec.append((site, idx, r[idx].astype(np.float64) > v[idx], d[idx]))
+                self._note(site, idx, r[idx].astype(np.float64) > v[idx], d[idx])
             return r
         elems, ups = self._given.get(site, (_EMPTY, _EMPTY_B))
-        if elems.size:
-            if int(elems[-1]) >= v.size:
-                raise RoundingLogError(
-                    f"rounding log: site {site} has {v.size} elements, entry names "
-                    f"{int(elems[-1])}",
-                    reason=LOG_INVALID,
-                )
-            far = d[elems] > 2 * t_e[elems]
-            if far.any():
-                raise RoundingLogError(
-                    f"rounding log: site {site} element {int(elems[far][0])} is not within twice "
-                    "its threshold of a bfloat16 rounding boundary in the verifier's computation",
-                    reason=LOG_INVALID,
-                )
-        need = np.flatnonzero(d <= m_e)
-        missing = need[~np.isin(need, elems)]
-        if missing.size:
-            raise RoundingLogError(
-                f"rounding log: site {site} element {int(missing[0])} lies within τ/2 of a "
-                "bfloat16 rounding boundary but the log has no entry for it",
-                reason=LOG_MISSING,
-            )
+        _check_entries(site, v.size, elems, lambda e: d[e] > 2 * t_e[e], "bfloat16")
+        _check_missing(site, np.flatnonzero(d <= m_e), elems, "bfloat16")
         if elems.size:
             r[elems] = bf16.neighbour(r[elems], v[elems], ups)
         return r
@@ -396,34 +377,18 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
     def _follow(self, site: int, v: np.ndarray, bound: Bound | None) -> np.ndarray:
         """Check the log's entries of ``site`` against ``v``; the float32 rounding they give."""
         elems, ups = self._given.get(site, (_EMPTY, _EMPTY_B))
-        if elems.size:
-            if int(elems[-1]) >= v.size:
-                raise RoundingLogError(
-                    f"rounding log: site {site} has {v.size} elements, entry names "
-                    f"{int(elems[-1])}",
-                    reason=LOG_INVALID,
-                )
-            t_e = self._thresholds(v, elems, bound)[0]
-            far = boundary_distance(v[elems]) > 2 * t_e
-            if far.any():
-                e = int(elems[far][0])
-                raise RoundingLogError(
-                    f"rounding log: site {site} element {e} is not within twice its threshold "
-                    "of a float32 rounding boundary in the verifier's computation",
-                    reason=LOG_INVALID,
-                )
+
+        def far(e: np.ndarray) -> np.ndarray:
+            t_e = self._thresholds(v, e, bound)[0]
+            out: np.ndarray = boundary_distance(v[e]) > 2 * t_e
+            return out
+
+        _check_entries(site, v.size, elems, far, "float32")
         if bound is None:
             r, need = _band(v, self.t_bits // 2)
         else:  # SPEC VI §2: D <= m_e, the verifier's own m_e
             r, need = self._band_bounded(v, bound, use_m=True)
-        if need.size:
-            missing = need[~np.isin(need, elems)]
-            if missing.size:
-                raise RoundingLogError(
-                    f"rounding log: site {site} element {int(missing[0])} lies within τ/2 of a "
-                    "rounding boundary but the log has no entry for it",
-                    reason=LOG_MISSING,
-                )
+        _check_missing(site, need, elems, "float32")
         if elems.size:  # a neighbour may be a zero: +0, as every site's zero (SPEC VI §2)
             r[elems] = _neighbour(r[elems], v[elems], ups) + np.float32(0.0)
         return r
@@ -493,6 +458,40 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
 
 _EMPTY = np.empty(0, dtype=np.int64)
 _EMPTY_B = np.empty(0, dtype=bool)
+
+
+def _check_entries(
+    site: int, size: int, elems: np.ndarray, far: Callable[[np.ndarray], np.ndarray], what: str
+) -> None:
+    """SPEC VI §2 replay rule 1: each entry names an element of the site, within twice its
+    threshold of a ``what`` rounding boundary in the verifier's own computation."""
+    if not elems.size:
+        return
+    if int(elems[-1]) >= size:
+        raise RoundingLogError(
+            f"rounding log: site {site} has {size} elements, entry names {int(elems[-1])}",
+            reason=LOG_INVALID,
+        )
+    bad = far(elems)
+    if bad.any():
+        raise RoundingLogError(
+            f"rounding log: site {site} element {int(elems[bad][0])} is not within twice its "
+            f"threshold of a {what} rounding boundary in the verifier's computation",
+            reason=LOG_INVALID,
+        )
+
+
+def _check_missing(site: int, need: np.ndarray, elems: np.ndarray, what: str) -> None:
+    """SPEC VI §2 replay rule 2: every element within its ``m_e`` has an entry."""
+    if not need.size:
+        return
+    missing = need[~np.isin(need, elems)]
+    if missing.size:
+        raise RoundingLogError(
+            f"rounding log: site {site} element {int(missing[0])} lies within τ/2 of a {what} "
+            "rounding boundary but the log has no entry for it",
+            reason=LOG_MISSING,
+        )
 
 
 def _group(entries: list[tuple[int, int, int]]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
