@@ -682,9 +682,9 @@ class JobSpec:
             for k, v in sections.get(sec, {}).items()
             if self.spec.get(sec, {}).get(k) != v
         }
-        if touched & {"compression", "mode", "dp"} and "backend" not in sections.get("pol", {}):
+        if touched & {"compression", "mode", "dp"} and "backend" not in touched:
             raw["pol"]["backend"] = ""  # re-derive the default backend for the new mode/codec
-        if raw["pol"].get("backend") != "rounded" and TAU_KEY not in sections.get("pol", {}):
+        if raw["pol"].get("backend") != "rounded" and TAU_KEY not in touched:
             raw["pol"].pop(TAU_KEY, None)  # τ belongs to a rounded job only (SPEC VI §2)
         return JobSpec(normalize(raw), self.base_dir)
 

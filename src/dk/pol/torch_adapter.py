@@ -220,8 +220,10 @@ def replay_device(job: JobSpec, device: str | None = None) -> torch.device:
     has it, otherwise the CPU (a tolerant replay of a CUDA run on a CPU is legitimate).
 
     Raises:
-        BackendUnavailable: a rounded bf16 job off its own device type (SPEC VI §6: autocast
-            casts other operations on the CPU than on CUDA, so the sites differ).
+        BackendUnavailable: a job whose replay is bit-exact on its own device type only, off
+            it: a rounded bf16 job (SPEC VI §6: autocast casts other operations on the CPU than
+            on CUDA, so the sites differ) or an exact job on the ``torch`` backend (same machine
+            only, SPEC §12.3). A verifier's missing device is never the worker's fault.
     """
     if device is not None:
         dev = resolve_device(job, device)
@@ -229,13 +231,16 @@ def replay_device(job: JobSpec, device: str | None = None) -> torch.device:
         want = job.train.get("device", "cpu")
         dev = torch.device("cuda" if want == "cuda" and torch.cuda.is_available() else "cpu")
     own = str(job.train.get("device", "cpu")).split(":")[0]
-    rounded_bf16 = job.pol.get("backend") == "rounded" and job.train.get("precision") == "bf16"
-    if rounded_bf16 and dev.type != own:
+    backend = job.pol.get("backend")
+    rounded_bf16 = backend == "rounded" and job.train.get("precision") == "bf16"
+    exact_torch = job.mode == "exact" and backend == "torch"
+    if (rounded_bf16 or exact_torch) and dev.type != own:
         from dk.errors import BackendUnavailable
 
+        why = "autocast casts other operations" if rounded_bf16 else "torch's kernels differ"
         raise BackendUnavailable(
-            f"a rounded bf16 job trained on {own} replays on {own} only (autocast casts other "
-            f"operations on {dev.type}, SPEC VI §6); this verifier would replay on {dev.type}"
+            f"this job trained on {own} replays bit for bit on {own} only ({why} on "
+            f"{dev.type}, SPEC VI §6 / §12.3); this verifier would replay on {dev.type}"
         )
     return dev
 

@@ -85,6 +85,10 @@ def _replay_parallel(
     from concurrent.futures import ProcessPoolExecutor  # lazy: 0.1 s of imports
 
     cks, ivs = man.checkpoint_entries, man.interval_entries
+    if device is not None or job.pol.get("backend") in ("rounded", "torch"):
+        from dk.pol.torch_adapter import replay_device
+
+        replay_device(job, device)  # a device this verifier lacks: raised here, not in a worker
     results: dict[int, tuple[bool, dict[str, Any]]] = {}
     cpu = 0.0
     pids: set[int] = set()

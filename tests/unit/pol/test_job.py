@@ -288,13 +288,16 @@ def test_model_file_and_init_file_in_the_job_id(tmp_path: Path) -> None:
 
 
 def test_with_updates_counts_only_keys_whose_value_changes() -> None:
-    """Passing a whole section back with one key changed keeps the backend; changing the
-    compression re-derives it (a rounded job with a codec is not a rounded job)."""
+    """Passing a whole section back with one key changed keeps the backend; changing the mode
+    re-derives it (a tolerant job is not a rounded job), also when the pol section is passed
+    back whole."""
     from dk.pol import default_job
 
     job = default_job(arch="mlp", steps=4, interval=2, pol={"backend": "rounded"})
     moved = job.with_updates(train={**job.train, "device": "cuda"})
     assert moved.pol["backend"] == "rounded" and moved.train["device"] == "cuda"
     assert moved.job_id != job.job_id  # train.device is part of the job
-    coded = job.with_updates(pol={"mode": "tolerant", "tolerance": 1.0})
-    assert coded.pol["backend"] != "rounded"
+    tolerant = job.with_updates(pol={"mode": "tolerant", "tolerance": 1.0})
+    assert tolerant.pol["backend"] != "rounded"
+    whole = job.with_updates(pol={**job.pol, "mode": "tolerant", "tolerance": 1.0})
+    assert whole.pol["backend"] == tolerant.pol["backend"]

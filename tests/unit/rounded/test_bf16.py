@@ -83,6 +83,9 @@ def test_neighbours_bracket_the_value() -> None:
     assert np.all(np.where(up[fin], nb >= v[fin], nb <= v[fin]))
     other = bf16.neighbour(r, v, ~up)[fin]
     assert np.all((nb == r[fin]) | (other == r[fin]))  # the nearest is one of the two
+    # adjacent: the neighbour is the nearest itself or one bfloat16 step from it
+    stepped = bf16.step(r[fin], up[fin]) + np.float32(0.0)
+    assert np.all((nb == r[fin]) | (nb == stepped))
 
 
 def _autocast_run(log: RoundingLog | None) -> tuple[RoundedMode, dict]:
@@ -135,7 +138,21 @@ def test_a_rounded_bf16_job_replays_on_its_own_device_type_only() -> None:
 
     job = default_job(arch="mlp", steps=4, interval=2, pol={"backend": "rounded"})
     cuda = job.with_updates(train={"precision": "bf16", "device": "cuda"})
-    with pytest.raises(BackendUnavailable, match="replays on cuda only"):
+    with pytest.raises(BackendUnavailable, match="replays bit for bit on cuda only"):
         replay_device(cuda, "cpu")
     assert replay_device(job.with_updates(train={"precision": "bf16"})).type == "cpu"
     assert replay_device(job.with_updates(train={"device": "cuda"}), "cpu").type == "cpu"
+    exact_torch = job.with_updates(pol={"backend": "torch"}, train={"device": "cuda"})
+    with pytest.raises(BackendUnavailable, match="torch's kernels differ"):
+        replay_device(exact_torch, "cpu")  # same-machine only: inconclusive, not a reject
+
+
+def test_a_bfloat16_dtype_argument_gives_a_bfloat16_site() -> None:
+    """``sum(float32, dtype=bfloat16)``: torch's dtype, a bfloat16 site (SPEC VI §1)."""
+    x = torch.randn(64, generator=torch.Generator().manual_seed(3))
+    mode = RoundedMode.record(job_id=JOB, interval=0)
+    mode.signatures = []
+    with mode:
+        s = torch.sum(x, dtype=torch.bfloat16)
+    assert s.dtype == torch.bfloat16 and mode.signatures[-1][0].endswith(":bf16")
+    assert s.float().item() == bf16.rne(np.array([x.double().sum().item()]))[0]

@@ -139,6 +139,32 @@ def test_a_number_operand_is_rounded_to_float32_first() -> None:
     assert moved.device.type == "meta" and moved.dtype == torch.float64  # onto the tensor's device
 
 
+def test_integer_square_roots_are_correctly_rounded_too() -> None:
+    """An integer tensor's ``sqrt`` is a float32 result: correctly rounded like the rest."""
+    n = torch.arange(1, 20001)
+    with RoundedMode.record(job_id=JOB, interval=0):
+        got = torch.sqrt(n)
+    assert got.dtype == torch.float32
+    assert _same(got, np.sqrt(n.numpy().astype(np.float32)))
+
+
+def test_clearing_a_dead_mode_restores_the_pinned_settings() -> None:
+    from dk.pol.backends.rounded import clear_dead_modes
+
+    was = torch.backends.cudnn.enabled
+    torch.backends.cudnn.enabled = True
+    try:
+        mode = RoundedMode.record(job_id=JOB, interval=0)
+        mode.__enter__()  # a loop that never finishes its Recorder leaves the mode entered
+        with pytest.raises(UnsupportedOp):
+            torch.ops.aten.cumprod(torch.ones(3), 0)  # not covered: the mode dies
+        assert not torch.backends.cudnn.enabled
+        assert clear_dead_modes() == 1
+        assert torch.backends.cudnn.enabled and torch.backends.cuda.flash_sdp_enabled()
+    finally:
+        torch.backends.cudnn.enabled = was
+
+
 def test_a_rounding_mode_division_runs_as_is_on_the_cpu_and_is_refused_elsewhere() -> None:
     a = torch.tensor([7.5, -7.5])
     with RoundedMode.record(job_id=JOB, interval=0):

@@ -182,7 +182,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         Scaled dot-product attention runs as its math decomposition and cuDNN is off while the
         mode is active: the fused attention kernels and cuDNN's batch norm are other ATen
         operations on other devices, so without the pin a CUDA run's sites would not line up
-        with a CPU replay's. Both are process-wide torch settings, restored on exit.
+        with a CPU replay's. Both are process-wide torch settings (so one thread at a time may
+        run under rounded modes), restored on exit and by :func:`clear_dead_modes`.
         """
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -190,16 +191,24 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         sdpa.__enter__()
         self._pins.append((sdpa, torch.backends.cudnn.enabled))
         torch.backends.cudnn.enabled = False
-        super().__enter__()  # type: ignore[no-untyped-call]  # torch: untyped
+        try:
+            super().__enter__()  # type: ignore[no-untyped-call]  # torch: untyped
+        except BaseException:
+            self._unpin()
+            raise
         return self
 
     def __exit__(self, *exc: Any) -> None:
         try:
             super().__exit__(*exc)  # type: ignore[no-untyped-call]  # torch: untyped
         finally:
-            sdpa, cudnn = self._pins.pop()
-            torch.backends.cudnn.enabled = cudnn
-            sdpa.__exit__(None, None, None)
+            self._unpin()
+
+    def _unpin(self) -> None:
+        """Restore the settings the last :meth:`__enter__` pinned."""
+        sdpa, cudnn = self._pins.pop()
+        torch.backends.cudnn.enabled = cudnn
+        sdpa.__exit__(None, None, None)
 
     # -- the dispatch ------------------------------------------------------------------------
 
@@ -260,7 +269,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                 if id(a) not in up:
                     up[id(a)] = a.to(_F64)
                 new.append(up[id(a)])
-            elif a is _F32 or a is _BF16:
+            elif a is _F32 or a is _BF16:  # a dtype argument: the output's dtype (meta)
+                low = low or a is _BF16
                 new.append(_F64)
             else:
                 new.append(a)
@@ -536,7 +546,13 @@ def _meta_dtypes(func: Any, args: Any, kwargs: Any) -> list[torch.dtype | None]:
     def meta(a: Any) -> Any:
         return a.to("meta") if isinstance(a, torch.Tensor) else a
 
-    out = func(*tree_map(meta, args), **tree_map(meta, kwargs))
+    try:
+        out = func(*tree_map(meta, args), **tree_map(meta, kwargs))
+    except (NotImplementedError, RuntimeError) as e:  # no meta kernel: dtypes unknown
+        raise UnsupportedOp(
+            f"rounded backend: {func} on bfloat16 has no meta kernel to give its output dtypes "
+            "(SPEC VI §1)"
+        ) from e
     return [o.dtype if isinstance(o, torch.Tensor) else None for o in tree_flatten(out)[0]]
 
 
@@ -594,7 +610,9 @@ def clear_dead_modes() -> int:
     while (stack := _get_current_dispatch_mode_stack()) and (
         isinstance(stack[-1], RoundedMode) and stack[-1].error is not None
     ):
-        _pop_mode()
+        mode = _pop_mode()
+        while isinstance(mode, RoundedMode) and mode._pins:  # its pinned settings, restored
+            mode._unpin()
         n += 1
     return n
 

@@ -117,7 +117,10 @@ def _rounded64(base: str, a: torch.Tensor, b: Any) -> torch.Tensor:
     """One correctly rounded operation; a bfloat16 result (autocast) is the float32 result
     rounded once more, as torch's bfloat16 kernels compute in float32 (SPEC VI §1)."""
     fn = torch.sqrt if base == "sqrt" else torch.reciprocal
-    dt = torch.result_type(a, b) if base == "div" else a.dtype
+    if base == "div":
+        dt = torch.result_type(a, b)
+    else:  # an integer tensor's square root or reciprocal is of the default float dtype
+        dt = a.dtype if a.is_floating_point() else torch.get_default_dtype()
     if dt not in (_F32, _BF16):
         return torch.div(a, b) if base == "div" else fn(a)
     q = torch.div(_as64(a, a), _as64(b, a)) if base == "div" else fn(a.to(_F32).to(_F64))
