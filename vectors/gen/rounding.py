@@ -254,23 +254,29 @@ Add = Callable[..., None]
 
 
 def _site_cases(
-    name: str, k: int, k_sum: int | None, s_value: float = _BOUND_S
+    name: str,
+    k: int,
+    k_sum: int | None,
+    s_value: float = _BOUND_S,
+    values: np.ndarray | None = None,
+    bfloat16: bool = False,
 ) -> tuple[list[tuple[int, int, int]], Add, list[dict[str, Any]]]:
-    """The honest entries of a bounded site of ``bounded_site_values`` (``S = s_value``, ``k``
-    terms, ``k_sum`` blocked), a function adding a case with other entries, and the case
-    list."""
+    """The honest entries of a bounded site of ``values`` (default ``bounded_site_values``;
+    ``S = s_value``, ``k`` terms, ``k_sum`` blocked; ``bfloat16``: a bfloat16 site), a function
+    adding a case with other entries, and the case list."""
     import torch
 
     from dk.pol.backends.bounds import Bound
     from dk.pol.backends.rounded import RoundedMode
 
-    v = bounded_site_values()
+    v = bounded_site_values() if values is None else values
     s = np.full(v.size, s_value)
+    dtype = torch.bfloat16 if bfloat16 else torch.float32
     bound: dict[str, Any] = {"k": k, "s": s.astype("<f8").tobytes().hex()}
     if k_sum is not None:
         bound = {"k": k, "k_sum": k_sum, "s": bound["s"]}
     mode = RoundedMode.record(job_id=JOB, interval=0, tau_log2=K)
-    mode.round_site(torch.from_numpy(v.copy()), name, Bound.given(k, s, k_sum))
+    mode.round_site(torch.from_numpy(v.copy()), name, Bound.given(k, s, k_sum), dtype=dtype)
     honest = mode.finish()
     cases: list[dict[str, Any]] = []
 
@@ -279,11 +285,15 @@ def _site_cases(
         case: dict[str, Any] = {"comment": comment, "values": v.astype("<f8").tobytes().hex(),
                                 "name": name, "bound": bound,
                                 "log": log.encode().hex()}  # fmt: skip
+        if bfloat16:
+            case["dtype"] = "bfloat16"
         if reason is None:
             replay = RoundedMode.replay(log)
-            r = replay.round_site(torch.from_numpy(v.copy()), name, Bound.given(k, s, k_sum))
+            r = replay.round_site(
+                torch.from_numpy(v.copy()), name, Bound.given(k, s, k_sum), dtype=dtype
+            )
             replay.finish()
-            case.update(result="valid", rounded=r.numpy().astype("<f4").tobytes().hex())
+            case.update(result="valid", rounded=r.float().numpy().astype("<f4").tobytes().hex())
         else:
             case.update(result="invalid", expected_reason=reason)
         cases.append(case)
@@ -306,7 +316,29 @@ def _bounded_replay_cases() -> list[dict[str, Any]]:
         [x for x in e if x[1] != 1], "ROUNDING_LOG_MISSING")  # fmt: skip
     add("bounded site: entry between m_e and t_e dropped (D = 100; not demanded)",
         [x for x in e if x[1] != 2])  # fmt: skip
-    return cases + _blocked_replay_cases() + _infinite_s_cases()
+    return cases + _blocked_replay_cases() + _infinite_s_cases() + _bf16_bounded_cases()
+
+
+# A bounded bfloat16 site: 64 terms, S = 2^20 at values in [1, 2), so beta = 512 units of 2^-29
+# of a bfloat16 gap (2^-7), t_e = 1282 (an entry accepted up to 2564) and m_e = 204.8. The
+# distances D of the values from their bfloat16 midpoint:
+_BF16_D = [0, 100, 1000, 2000, 100_000, 1 << 28]
+
+
+def _bf16_bounded_cases() -> list[dict[str, Any]]:
+    v = np.array([1.0 + ((1 << 44) + d * (1 << 16)) * 2.0**-52 if d < 1 << 28 else 1.5
+                  for d in _BF16_D])  # fmt: skip
+    e, add, cases = _site_cases("mm.default", _BOUND_K, None, 2.0**20, v, bfloat16=True)
+    assert [x[1] for x in e] == [0, 1, 2]  # D = 0, 100, 1000: within t_e = 1282
+    add("bounded bfloat16 site: honest log (elements within t_e = 1282 of a midpoint)", e)
+    add("bounded bfloat16 site: entry between t_e and 2·t_e (allowed)", [*e, (0, 3, 1)])
+    add("bounded bfloat16 site: entry at D = 100000, within the job's t but not the bound",
+        [*e, (0, 4, 0)], "ROUNDING_LOG_INVALID")  # fmt: skip
+    add("bounded bfloat16 site: entry within m_e = 204.8 dropped (D = 100)",
+        [x for x in e if x[1] != 1], "ROUNDING_LOG_MISSING")  # fmt: skip
+    add("bounded bfloat16 site: entry between m_e and t_e dropped (D = 1000; not demanded)",
+        [x for x in e if x[1] != 2])  # fmt: skip
+    return cases
 
 
 def _infinite_s_cases() -> list[dict[str, Any]]:
