@@ -8,10 +8,11 @@ bounded sites' cost (one operation on absolute values per bounded call) and gain
 three columns are the CPU training ratio of the same interval with ATen's float64 kernels instead
 of ``kernels64``'s ("ATen"), with convolutions summed in one block as in log version 3
 ("unblk") and with every ``S`` from the operation on absolute values, no norm bounds
-("wholeS"): what the fast kernels, blocking and the norm bounds cost or save.
-Every figure is measured in this run, on torch's thread count ``DK_BENCH_THREADS`` (default
-1: on a shared machine a second thread measures the neighbours more than torch); the first
-step of each run warms up and is not timed.
+("wholeS"): what the fast kernels, blocking and the norm bounds cost or save. A second table
+runs the same intervals under bfloat16 autocast (``train.precision = "bf16"``), against plain
+autocast. Every figure is measured in this run, on torch's thread count ``DK_BENCH_THREADS``
+(default 1: on a shared machine a second thread measures the neighbours more than torch); the
+first step of each run warms up and is not timed.
 """
 
 from __future__ import annotations
@@ -73,6 +74,44 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
             "unblocked_s": unblocked[0], "unblocked_cpu": unblocked[1],
             "whole_s_s": whole_s[0], "whole_s_cpu": whole_s[1],
             "entries_at_k": per_k}  # fmt: skip
+
+
+def _autocast(mode: Any = None) -> Any:
+    """A context factory: bfloat16 autocast on the CPU, with ``mode`` (if any) inside it."""
+
+    @contextlib.contextmanager
+    def ctx() -> Iterator[None]:
+        import torch
+
+        with torch.autocast("cpu", dtype=torch.bfloat16), mode or contextlib.nullcontext():
+            yield
+
+    return ctx
+
+
+def measure_bf16(kind: str, width: int, batch: int) -> dict[str, float]:
+    """CPU times and sizes of one interval under bfloat16 autocast (``train.precision =
+    "bf16"``, SPEC VI §1): plain autocast, rounded, replay, and the log against the state."""
+    from dk.crypto.encoding import encode_tensors
+    from dk.pol.backends import examples as ex
+    from dk.pol.backends.rounded import RoundedMode
+
+    cfg = {"seed": 0, "width": width, "batch": batch}
+    plain = _timed(ex.build(kind, **cfg), _autocast())[1]
+    b = ex.build(kind, **cfg)
+    ex.train(b, range(1), _autocast(RoundedMode.record(job_id=bytes(32), interval=0)))
+    rec = RoundedMode.record(job_id=bytes(32), interval=1)
+    rounded = _timed(b, _autocast(rec), warm=False)[1]
+    log = rec.finish()
+    b2 = ex.build(kind, **cfg)
+    ex.train(b2, range(1), _autocast(RoundedMode.record(job_id=bytes(32), interval=0)))
+    rep = RoundedMode.replay(log)
+    replay = _timed(b2, _autocast(rep), warm=False)[1]
+    rep.finish()
+    ckpt = len(encode_tensors(ex.state_tensors(b["model"], b["opt"])))
+    return {"plain_cpu": plain, "rounded_cpu": rounded, "replay_cpu": replay,
+            "log_bytes": len(log.encode()), "ckpt_bytes": ckpt,
+            "entries": len(log.entries)}  # fmt: skip
 
 
 def _variant(
@@ -280,6 +319,16 @@ def main() -> None:
                   f"by k: {ks}", flush=True)  # fmt: skip
     print(f"targets: train <= {TARGETS['train']}x, replay <= {TARGETS['replay']}x, "
           f"log/ckpt <= {100 * TARGETS['log']:.0f}%")  # fmt: skip
+    print("bfloat16 autocast (train.precision = bf16), CPU seconds against plain autocast:")
+    print(f"{'model':8} {'width':>5} {'train x':>8} {'replay x':>8} {'log/ckpt':>9} "
+          f"{'entries':>8}")  # fmt: skip
+    for kind, sizes in SIZES.items():
+        for width, batch in sizes:
+            m = measure_bf16(kind, width, batch)
+            print(f"{kind:8} {width:5d} {m['rounded_cpu'] / m['plain_cpu']:7.2f}x "
+                  f"{m['replay_cpu'] / m['rounded_cpu']:7.2f}x "
+                  f"{100 * m['log_bytes'] / m['ckpt_bytes']:8.2f}% {m['entries']:8d}",
+                  flush=True)  # fmt: skip
     if "--no-discrepancy" not in __import__("sys").argv:
         discrepancies()
 
