@@ -32,6 +32,14 @@ Parts (default: ``env,ieee,rounded,seeds,exact,bundle``, in that order):
 
 ``DK_DEVICE_GPU=cpu`` runs the "cuda" side on the CPU, to try the script without a GPU.
 
+On a machine whose Python has torch but not dk's other dependencies (a lent GPU machine with no
+network), carry them as wheels (cryptography, cffi, pycparser, py_ecc, eth-typing, eth-utils,
+eth-hash, cytoolz, pydantic, pydantic-core, annotated-types, typing-inspection, rfc8785,
+tomli-w), ``pip install --no-index --no-deps`` them into that Python, put ``src`` and the
+repository root on ``PYTHONPATH``, and run this script. (The image seen in November 2026 paired
+numba-cuda 0.68 with NumPy 2.5, which removed ``numpy.row_stack``; a ``.pth`` line setting
+``numpy.row_stack = numpy.vstack`` let numba-cuda import.)
+
 Each part prints one ``PASS``/``FAIL`` line per check and the summary goes to
 ``OUT/device_check.json``; a part that raises is recorded with its traceback and the next part
 runs.

@@ -1,5 +1,5 @@
 """``bench/device_check.py`` (the GPU checks, run by hand on a lent GPU) keeps working: its
-rounded, seeds and diag parts and the ``replay-here`` step, with the CPU standing in for the GPU
+rounded part and the ``replay-here`` step, with the CPU standing in for the GPU
 (``DK_DEVICE_GPU=cpu``). CI has no GPU; this only keeps the script from rotting between
 the sessions that have one."""
 
@@ -27,7 +27,7 @@ def _run(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_the_device_script_runs_with_the_cpu_standing_in(tmp_path: Path) -> None:
-    proc = _run(tmp_path, "rounded,diag", "--steps", "1")
+    proc = _run(tmp_path, "rounded", "--steps", "1")
     res = json.loads((tmp_path / "device_check.json").read_text())
     for kind in ("resnet", "lm"):
         for check in ("same_sites_on_both_devices", "cuda_log_replayed_on_cpu",
@@ -35,7 +35,6 @@ def test_the_device_script_runs_with_the_cpu_standing_in(tmp_path: Path) -> None
             assert res[kind][check]["ok"], (kind, check, proc.stdout[-2000:])
         # the one expected failure with the CPU on both sides: plain float32 agrees with itself
         assert not res[kind]["plain_fp32_cpu_vs_cuda_differ"]["ok"]
-    assert res["diag"]["lm_cuda_record_vs_cpu_replay_op_by_op"]["ok"]
     here = _run(tmp_path, "replay-here", "--steps", "1")
     assert here.returncode == 0, here.stdout[-2000:] + here.stderr[-2000:]
     assert here.stdout.count("PASS") == 8  # 2 examples x 2 logs x 1 and 2 threads
