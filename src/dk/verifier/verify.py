@@ -628,9 +628,10 @@ def verify_bundle(
             SPEC V §12); the job binding is checked first, against the job as given.
         device: where local replays run (``"cpu"``, ``"cuda"``); default: the job's
             ``train.device`` where this machine has it, else the CPU (SPEC §12.3). A rounded
-            job (SPEC VI) replays bit for bit on either; a tolerant job's tolerance was
-            calibrated for its own device. Not used by ``executor``, which places replays
-            itself.
+            float32 job (SPEC VI) replays bit for bit on either; a rounded bf16 or exact
+            ``torch``-backend job off its own device type is ``BACKEND_UNAVAILABLE``
+            (inconclusive); a tolerant job's tolerance was calibrated for its own device. Not
+            used by ``executor``, which places replays itself.
 
     Returns:
         The :class:`Report`: ``report.verdict`` is ``accept``, ``reject`` or ``inconclusive``.

@@ -156,3 +156,17 @@ def test_a_bfloat16_dtype_argument_gives_a_bfloat16_site() -> None:
         s = torch.sum(x, dtype=torch.bfloat16)
     assert s.dtype == torch.bfloat16 and mode.signatures[-1][0].endswith(":bf16")
     assert s.float().item() == bf16.rne(np.array([x.double().sum().item()]))[0]
+
+
+def test_an_operation_without_a_meta_kernel_is_named_at_record_time() -> None:
+    """A bfloat16 site's dtype comes from torch's meta kernel; without one, the operation is
+    unsupported (one line naming it), not a crash or a guessed dtype."""
+    from dk.pol.backends.rounded import UnsupportedOp, _meta_dtypes
+
+    def no_meta(*args: object, **kwargs: object) -> None:
+        raise NotImplementedError("no meta kernel")
+
+    with pytest.raises(UnsupportedOp, match="no meta kernel"):
+        _meta_dtypes(no_meta, (torch.ones(2, dtype=torch.bfloat16),), {})
+    dts = _meta_dtypes(torch.ops.aten.mm.default, (torch.ones(2, 2, dtype=torch.bfloat16),) * 2, {})
+    assert dts == [torch.bfloat16]

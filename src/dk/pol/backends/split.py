@@ -66,8 +66,8 @@ def _one(base: str, v: dict[str, Any], i: int | None) -> torch.Tensor:
     if base == "rsub":  # rsub(a, b, α) = b ⊖ (a ⊗ f32(α))
         return torch.sub(_f32(get("other"), s), torch.mul(s, _f32(v.get("alpha", 1), s)))
     if base in ("addcmul", "addcdiv"):
-        t = torch.mul(get("tensor1"), get("tensor2")) if base == "addcmul" else div32(
-            get("tensor1"), get("tensor2"))  # fmt: skip
+        t = torch.mul(get("tensor1"), get("tensor2")) if base == "addcmul" else _rounded64(
+            "div", get("tensor1"), get("tensor2"))  # fmt: skip
         value = get("scalars") if "scalars" in v else v.get("value", 1)
         if isinstance(value, torch.Tensor) and value.dim() == 1 and i is not None:
             value = value[i]  # _foreach_addc*.Tensor: one scalar per list element
@@ -97,11 +97,6 @@ def run_split(func: Any, args: Any, kwargs: Any) -> Any:
     if v.get("out") is not None:
         return v["out"].copy_(r)
     return r
-
-
-def div32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a ⊘ b`` for float32 tensors: correctly rounded on every device (float64, then once)."""
-    return torch.div(a.to(_F64), b.to(_F64)).to(_F32)
 
 
 def _as64(x: Any, like: torch.Tensor) -> torch.Tensor:
