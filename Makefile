@@ -3,6 +3,7 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+AOT     := $(VENV)/.aot-kernels
 
 .PHONY: demo test bench lint vectors clean pg
 
@@ -16,7 +17,13 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# dk's CPU kernels compiled ahead of time (one-thread steps start without importing Numba:
+# dk.pol.exact.aot), rebuilt when a kernel changes; missing or stale, dk uses the JIT kernels.
+$(AOT): $(STAMP) src/dk/pol/exact/_cpu.py src/dk/pol/exact/_math.py src/dk/pol/exact/aot.py
+	$(BIN)/python -m dk.pol.exact.aot build
+	touch $(AOT)
+
+demo: $(AOT)
 	$(BIN)/python -m dk.demo
 
 # PostgreSQL 15 for the market's PostgreSQL tests: on the machine image already; else Debian's.
@@ -25,10 +32,10 @@ pg:
 	  || (apt-get update -q && apt-get install -y -q postgresql) \
 	  || echo "make: PostgreSQL not installed; its tests will be skipped"
 
-test: lint pg
+test: lint pg $(AOT)
 	NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
-bench: $(STAMP)
+bench: $(AOT)
 	$(BIN)/python -m bench
 
 # ruff, then mypy as configured in pyproject.toml ([tool.mypy]: strict for crypto, pol, verifier).

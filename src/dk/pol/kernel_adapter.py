@@ -96,14 +96,15 @@ class KernelSession:
         from dk.pol.exact import ExactTrainer
 
         self.job = job
+        self.threads = kernel_threads(job)
         self.trainer = ExactTrainer(
-            job.model, optimizer_spec(job), job.train["loss"], device=device
-        )
+            job.model, optimizer_spec(job), job.train["loss"], device=device,
+            serial=self.threads == 1,
+        )  # fmt: skip
         self.params: dict[str, np.ndarray] = {
             k: np.ascontiguousarray(v) for k, v in initial_state(job).items()
         }
         self.state: dict[str, np.ndarray] = {}
-        self.threads = kernel_threads(job)
         #: Numba's thread count while the last step ran (0 before the first step).
         self.threads_used = 0
 
@@ -120,6 +121,11 @@ class KernelSession:
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
         """One training step on a batch; returns the batch loss before the update."""
+        if getattr(self.trainer.be, "compiled", "") == "aot":  # one thread, Numba not loaded
+            self.threads_used = 1
+            return self.trainer.step(
+                self.params, self.state, np.ascontiguousarray(x, dtype=np.float32), y
+            )
         with _numba_threads(self.threads):
             self.threads_used = _numba_num_threads()
             return self.trainer.step(

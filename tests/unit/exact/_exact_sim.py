@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from _exact_cases import TINY, digest, run  # type: ignore[import-not-found]
 
-from dk.pol.exact._cpu import CpuBackend
+from dk.pol.exact._cpu import backend as cpu_backend
 from dk.pol.exact._cuda import CudaBackend
 
 
@@ -19,7 +19,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 def main() -> None:
     rng = np.random.default_rng(20261126)
-    cpu, gpu = CpuBackend(), CudaBackend()
+    cpu, gpu = cpu_backend(), CudaBackend()
 
     def f(*shape: int) -> np.ndarray:
         return (rng.standard_normal(shape) * 3).astype(np.float32)

@@ -14,12 +14,15 @@ hashes and writes checkpoints while a step computes. Only this module, ``_cuda``
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 # numba re-exports get_thread_id without listing it (an error only under --strict's re-export rule)
 from numba import get_thread_id, njit, prange  # type: ignore[attr-defined, unused-ignore]
 
 from dk.pol.exact import _math
+from dk.pol.exact._cpu_backend import CpuBackend
 from dk.pol.exact._numba_load import load_cached_without_registries
 
 BLOCK = _math.BLOCK
@@ -309,58 +312,6 @@ def thread_ids(out: np.ndarray) -> None:  # pragma: no cover - jitted
 LIGHT_CACHE_LOADS = load_cached_without_registries([*globals().values(), *_f.values()])
 
 
-class CpuBackend:
-    """The exact-mode operations on NumPy buffers, run by the Numba CPU kernels above."""
-
-    name = "cpu"
-
-    def asarray(self, a: np.ndarray) -> np.ndarray:
-        """The backend's array for a host array (the array itself on the CPU)."""
-        return a
-
-    def empty(self, shape: tuple[int, ...], dtype: type = np.float32) -> np.ndarray:
-        """An uninitialised buffer."""
-        return np.empty(shape, dtype=dtype)
-
-    def to_host(self, a: np.ndarray, out: np.ndarray) -> None:
-        """Copy a backend array into a host array (nothing to do when they are one array)."""
-        if a is not out:
-            np.copyto(out, a)
-
-    def matmul(self, a: np.ndarray, b: np.ndarray, c: np.ndarray, trans_a: bool = False) -> None:
-        """``c = op(a) @ b`` in the blocked order, ``op(a) = a.T`` when ``trans_a``."""
-        matmul(a.T if trans_a else a, b, c)
-
-    def permute(self, src: np.ndarray, dst: np.ndarray, axes: tuple[int, ...]) -> None:
-        """``dst = src.transpose(axes)`` (data movement only)."""
-        np.copyto(dst, src.transpose(axes))
-
-    def act_fwd(self, kind: str, z: np.ndarray, h: np.ndarray) -> None:
-        """Activation forward on flat arrays."""
-        (relu_fwd if kind == "relu" else gelu_fwd)(z.reshape(-1), h.reshape(-1))
-
-    def act_bwd(self, kind: str, z: np.ndarray, dh: np.ndarray, dz: np.ndarray) -> None:
-        """Activation backward on flat arrays."""
-        fn = relu_bwd if kind == "relu" else gelu_bwd
-        fn(z.reshape(-1), dh.reshape(-1), dz.reshape(-1))
-
-    def loss_total(self, losses: np.ndarray) -> np.float32:
-        """Blocked sum of the per-sample losses."""
-        return np.float32(sum_blocked(losses))
-
-    def sgd(self, p, g, buf, lr, momentum, wd, flags) -> None:  # type: ignore[no-untyped-def]
-        """SGD update of one parameter (flat views)."""
-        sgd_update(p.reshape(-1), g.reshape(-1), buf.reshape(-1), lr, momentum, wd, flags)
-
-    def adam(self, p, g, m, v, hyper, flags) -> None:  # type: ignore[no-untyped-def]
-        """Adam update of one parameter (flat views)."""
-        adam_update(p.reshape(-1), g.reshape(-1), m.reshape(-1), v.reshape(-1), hyper, flags)
-
-    add_bias_rows = staticmethod(add_bias_rows)
-    rowsum = staticmethod(rowsum)
-    softmax_ce = staticmethod(softmax_ce)
-    mse = staticmethod(mse)
-    im2col = staticmethod(im2col)
-    col2im = staticmethod(col2im)
-    maxpool_fwd = staticmethod(maxpool_fwd)
-    maxpool_bwd = staticmethod(maxpool_bwd)
+def backend() -> CpuBackend:
+    """The exact-mode operations run by the JIT kernels above (any thread count)."""
+    return CpuBackend(sys.modules[__name__], compiled="jit")

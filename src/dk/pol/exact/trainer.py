@@ -1,8 +1,9 @@
 """ExactTrainer: one reproducible training step of a registry model (SPEC II §2-§5).
 
-The step is written once against a backend (``_cpu.CpuBackend`` or ``_cuda.CudaBackend``) whose
-operations each fix the float32 operation order of every output element, so the updated
-parameters have the same bits on any thread count, any CPU and a CUDA GPU.
+The step is written once against a backend (``_cpu_backend.CpuBackend`` over the JIT or the
+ahead-of-time CPU kernels, or ``_cuda.CudaBackend``) whose operations each fix the float32
+operation order of every output element, so the updated parameters have the same bits on any
+thread count, any CPU and a CUDA GPU.
 
 Activations are kept feature-major, ``(features, batch)``, so that every matrix product is
 ``c = a @ b`` with ``b`` and ``c`` row-contiguous; convolution activations are
@@ -25,11 +26,17 @@ LOSSES = ("cross_entropy", "mse")
 MAX_BATCH = 1 << 16
 
 
-def _backend(device: str) -> Any:
+def _backend(device: str, serial: bool = False) -> Any:
     if device == "cpu":
-        from dk.pol.exact._cpu import CpuBackend
+        if serial:  # one thread: the ahead-of-time kernels, if built (no Numba import)
+            from dk.pol.exact.aot import serial_backend
 
-        return CpuBackend()
+            be = serial_backend()
+            if be is not None:
+                return be
+        from dk.pol.exact._cpu import backend
+
+        return backend()
     if device == "cuda":
         from dk.pol.exact._cuda import CudaBackend
 
@@ -46,13 +53,21 @@ class ExactTrainer:
             ``{"name": "adam", "lr", "betas", "eps", "weight_decay"}``.
         loss: ``"cross_entropy"`` or ``"mse"``.
         device: ``"cpu"`` (Numba CPU) or ``"cuda"`` (Numba CUDA, or its simulator).
+        serial: the caller runs the CPU kernels on one thread: they may be the ahead-of-time
+            compiled ones (:mod:`dk.pol.exact.aot`; same bits, no Numba import).
 
     Raises:
         FormatError: unknown architecture, activation, loss or optimizer field.
     """
 
     def __init__(
-        self, model: dict[str, Any], optimizer: dict[str, Any], loss: str, device: str = "cpu"
+        self,
+        model: dict[str, Any],
+        optimizer: dict[str, Any],
+        loss: str,
+        device: str = "cpu",
+        *,
+        serial: bool = False,
     ) -> None:
         if model.get("arch") not in ARCHS:
             raise FormatError(f"exact mode: architecture {model.get('arch')!r} is not supported")
@@ -74,7 +89,7 @@ class ExactTrainer:
             self.input_shape: tuple[int, ...] = (c, h, w)
         else:
             self.input_shape = (int(model["input_dim"]),)
-        self.be = _backend(device)
+        self.be = _backend(device, serial)
         self._bufs: dict[str, Any] = {}
 
     def param_shapes(self) -> dict[str, tuple[int, ...]]:

@@ -1,0 +1,220 @@
+"""dk's CPU kernels compiled ahead of time: a one-thread step without importing Numba.
+
+A verifier replays a few challenged intervals, often of a small model, on one thread; in a fresh
+process importing Numba and loading its cached kernels costs about 0.5 s, more than the replay
+itself (issue 11 §4). ``python -m dk.pol.exact.aot build`` (``make`` runs it at install) compiles
+the kernels of :mod:`dk.pol.exact._cpu` with Numba's ahead-of-time compiler (``numba.pycc``)
+into the extension module ``dk.pol.exact._cpu_aot``, which imports in milliseconds and needs
+neither Numba nor LLVM at run time.
+
+**Same bits.** The module is compiled from the very Python functions of ``_cpu`` (``py_func``),
+with the same compiler flags a ``@njit`` kernel gets (no fast-math, so no reassociation and no
+fused multiply-add; Python's error model) for the same argument types, and its target CPU is the
+host's, as the JIT's is. A parallel kernel (``prange``) compiles as its serial loop: kernels split
+work only over independent output elements, so one thread computes the same bits as many (SPEC
+II §3). ``tests/unit/exact/test_exact_aot.py`` checks every kernel against the JIT kernel on
+fresh random inputs, and whole steps of every architecture.
+
+**Never stale.** The build names the digest of the kernels' sources (``_cpu.py``, ``_math.py``,
+this file) and the Numba version in an exported symbol; :func:`load` returns the module only
+when that digest is the one of the sources in this checkout, so an edited kernel is never run
+from an old build: it falls back to the JIT kernels.
+
+**Used when** a CPU kernel session runs one thread (``kernel_threads``) and the module is there
+and current; ``DK_KERNELS=jit`` always uses the JIT kernels, ``DK_KERNELS=aot`` refuses to run
+without the module (tests and benchmarks choose their path this way). Numba's AOT compiler is
+deprecated upstream; when a Numba without it is installed the build reports so and every
+session uses the JIT kernels, as before this module existed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from dk.errors import BackendUnavailable
+from dk.pol.exact._cpu_backend import CpuBackend
+
+__all__ = ["MODULE", "AotKernels", "build", "digest", "kernel_mode", "load", "serial_backend"]
+
+MODULE = "_cpu_aot"
+HERE = Path(__file__).resolve().parent
+SOURCES = ("_cpu.py", "_math.py", "aot.py")
+
+# One signature per exported kernel: the argument types the CPU backend passes (C-contiguous
+# float32 buffers, int32 pooling indices, int64 labels and flags, float32 scalars). ``matmul``'s
+# left operand is C- or F-ordered (``w`` or ``w.T``): two exports.
+_F1, _F2, _F4 = "float32[::1]", "float32[:, ::1]", "float32[:, :, :, ::1]"
+SIGNATURES: dict[str, tuple[str, str]] = {
+    "matmul_c": ("matmul", f"void({_F2}, {_F2}, {_F2})"),
+    "matmul_f": ("matmul", f"void(float32[::1, :], {_F2}, {_F2})"),
+    "add_bias_rows": ("add_bias_rows", f"void({_F2}, {_F1})"),
+    "sum_blocked": ("sum_blocked", f"float32({_F1})"),
+    "rowsum": ("rowsum", f"void({_F2}, {_F1})"),
+    "relu_fwd": ("relu_fwd", f"void({_F1}, {_F1})"),
+    "relu_bwd": ("relu_bwd", f"void({_F1}, {_F1}, {_F1})"),
+    "gelu_fwd": ("gelu_fwd", f"void({_F1}, {_F1})"),
+    "gelu_bwd": ("gelu_bwd", f"void({_F1}, {_F1}, {_F1})"),
+    "softmax_ce": ("softmax_ce", f"void({_F2}, int64[::1], {_F2}, {_F1})"),
+    "mse": ("mse", f"void({_F2}, {_F2}, {_F2}, {_F1})"),
+    "im2col": ("im2col", f"void({_F4}, {_F2}, {_F2})"),
+    "col2im": ("col2im", f"void({_F2}, {_F4})"),
+    "maxpool_fwd": ("maxpool_fwd", f"void({_F4}, {_F4}, int32[:, :, :, ::1])"),
+    "maxpool_bwd": ("maxpool_bwd", f"void({_F4}, int32[:, :, :, ::1], {_F4})"),
+    "sgd_update": ("sgd_update", f"void({_F1}, {_F1}, {_F1}, float32, float32, float32, int64)"),
+    "adam_update": ("adam_update", f"void({_F1}, {_F1}, {_F1}, {_F1}, {_F1}, int64)"),
+}
+
+
+def digest(numba_version: str | None = None) -> str:
+    """First 16 hex digits of SHA-256 over the kernels' sources and the Numba version that
+    compiles them (read from its installed metadata, without importing it)."""
+    if numba_version is None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            numba_version = version("numba")
+        except PackageNotFoundError:  # pragma: no cover - numba is a dependency
+            numba_version = "none"
+    h = hashlib.sha256(numba_version.encode())
+    for name in SOURCES:
+        h.update(b"\0" + name.encode() + b"\0" + (HERE / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def kernel_mode() -> str:
+    """``DK_KERNELS``: ``auto`` (default), ``aot`` or ``jit``."""
+    mode = os.environ.get("DK_KERNELS", "auto").strip().lower() or "auto"
+    if mode not in ("auto", "aot", "jit"):
+        raise ValueError(f"DK_KERNELS must be auto, aot or jit, not {mode!r}")
+    return mode
+
+
+@functools.cache
+def load() -> ModuleType | None:
+    """The compiled module if it is built from this checkout's kernel sources, else ``None``."""
+    try:
+        mod = importlib.import_module(f"dk.pol.exact.{MODULE}")
+    except ImportError:
+        return None
+    return mod if hasattr(mod, f"build_{digest()}") else None
+
+
+class AotKernels:
+    """The compiled kernels under the names of :mod:`dk.pol.exact._cpu`.
+
+    Each compiled kernel takes exactly the argument types of :data:`SIGNATURES`. Arguments of
+    other types (which the JIT would compile a new specialisation for) are passed to the JIT
+    kernel of the same name instead: same bits, Numba imported only then.
+    """
+
+    def __init__(self, mod: ModuleType) -> None:
+        for export, (name, _) in SIGNATURES.items():
+            if name != "matmul":
+                setattr(self, name, _or_jit(getattr(mod, export), name))
+        self._mc, self._mf = mod.matmul_c, mod.matmul_f
+
+    def matmul(self, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+        """``_cpu.matmul``: the export for ``a``'s order (a copy of ``a`` if it has neither)."""
+        try:
+            if a.flags.c_contiguous:
+                self._mc(a, b, c)
+            elif a.flags.f_contiguous:
+                self._mf(a, b, c)
+            else:
+                self._mc(np.ascontiguousarray(a), b, c)
+        except TypeError:
+            _jit("matmul")(a, b, c)
+
+
+def _jit(name: str) -> Any:
+    from dk.pol.exact import _cpu
+
+    return getattr(_cpu, name)
+
+
+def _or_jit(fn: Any, name: str) -> Any:
+    def kernel(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except TypeError:  # argument types it was not compiled for: the JIT kernel compiles them
+            return _jit(name)(*args)
+
+    kernel.__name__ = name
+    return kernel
+
+
+def serial_backend() -> CpuBackend | None:
+    """The CPU backend on the compiled kernels (one thread), or ``None`` for the JIT kernels
+    (``DK_KERNELS=jit``, or the module is missing or stale)."""
+    mode = kernel_mode()
+    if mode == "jit":
+        return None
+    mod = load()
+    if mod is None:
+        if mode == "aot":
+            raise BackendUnavailable(
+                "DK_KERNELS=aot: dk's ahead-of-time kernels are missing or stale; build them "
+                "with `python -m dk.pol.exact.aot build` (make does at install)"
+            )
+        return None
+    return CpuBackend(AotKernels(mod), compiled="aot")
+
+
+def _build_digest_marker() -> int:  # pragma: no cover - compiled, never called from Python
+    return 0
+
+
+def build(out_dir: Path = HERE, *, verbose: bool = False) -> Path:
+    """Compile the kernels into ``out_dir / _cpu_aot<suffix>``; returns its path."""
+    import warnings
+
+    with warnings.catch_warnings():  # numba.pycc announces its own deprecation on import
+        warnings.simplefilter("ignore")
+        from numba import pycc
+
+    from dk.pol.exact import _cpu
+
+    make_cc: Any = pycc.CC  # untyped
+    cc = make_cc(MODULE)
+    cc.output_dir = str(out_dir)
+    cc.target_cpu = "host"  # what the JIT targets: this machine's instruction set
+    cc.verbose = verbose
+    for export, (name, sig) in SIGNATURES.items():
+        cc.export(export, sig)(getattr(_cpu, name).py_func)
+    cc.export(f"build_{digest()}", "int64()")(_build_digest_marker)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cc.compile()
+    return Path(cc.output_file)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m dk.pol.exact.aot build|check``."""
+    cmd = argv[0] if argv else "check"
+    if cmd == "build":
+        try:
+            path = build()
+        except ImportError as e:  # a Numba without its AOT compiler: the JIT kernels serve
+            print(f"dk: ahead-of-time kernels not built ({e}); the JIT kernels will be used")
+            return 0
+        print(f"dk: ahead-of-time kernels built: {path.name} (digest {digest()})")
+        return 0
+    if cmd == "check":
+        ok = load() is not None
+        print(f"dk: ahead-of-time kernels {'current' if ok else 'missing or stale'}")
+        return 0 if ok else 1
+    print("usage: python -m dk.pol.exact.aot build|check", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
