@@ -50,28 +50,45 @@ HERE = Path(__file__).resolve().parent
 SOURCES = ("_cpu.py", "_math.py", "aot.py")
 
 # One signature per exported kernel: the argument types the CPU backend passes (C-contiguous
-# float32 buffers, int32 pooling indices, int64 labels and flags, float32 scalars). ``matmul``'s
-# left operand is C- or F-ordered (``w`` or ``w.T``): two exports.
-_F1, _F2, _F4 = "float32[::1]", "float32[:, ::1]", "float32[:, :, :, ::1]"
-SIGNATURES: dict[str, tuple[str, str]] = {
-    "matmul_c": ("matmul", f"void({_F2}, {_F2}, {_F2})"),
-    "matmul_f": ("matmul", f"void(float32[::1, :], {_F2}, {_F2})"),
-    "add_bias_rows": ("add_bias_rows", f"void({_F2}, {_F1})"),
-    "sum_blocked": ("sum_blocked", f"float32({_F1})"),
-    "rowsum": ("rowsum", f"void({_F2}, {_F1})"),
-    "relu_fwd": ("relu_fwd", f"void({_F1}, {_F1})"),
-    "relu_bwd": ("relu_bwd", f"void({_F1}, {_F1}, {_F1})"),
-    "gelu_fwd": ("gelu_fwd", f"void({_F1}, {_F1})"),
-    "gelu_bwd": ("gelu_bwd", f"void({_F1}, {_F1}, {_F1})"),
-    "softmax_ce": ("softmax_ce", f"void({_F2}, int64[::1], {_F2}, {_F1})"),
-    "mse": ("mse", f"void({_F2}, {_F2}, {_F2}, {_F1})"),
-    "im2col": ("im2col", f"void({_F4}, {_F2}, {_F2})"),
-    "col2im": ("col2im", f"void({_F2}, {_F4})"),
-    "maxpool_fwd": ("maxpool_fwd", f"void({_F4}, {_F4}, int32[:, :, :, ::1])"),
-    "maxpool_bwd": ("maxpool_bwd", f"void({_F4}, int32[:, :, :, ::1], {_F4})"),
-    "sgd_update": ("sgd_update", f"void({_F1}, {_F1}, {_F1}, float32, float32, float32, int64)"),
-    "adam_update": ("adam_update", f"void({_F1}, {_F1}, {_F1}, {_F1}, {_F1}, int64)"),
+# float32 buffers, int32 pooling indices, int64 labels and flags, float32 scalars). An array is
+# (dtype, ndim, order): "C" C-contiguous, "F" Fortran-contiguous; a scalar is (dtype, 0, "").
+# ``matmul``'s left operand is C- or F-ordered (``w`` or ``w.T``): two exports.
+Arg = tuple[str, int, str]
+_F1, _F2, _F4 = ("float32", 1, "C"), ("float32", 2, "C"), ("float32", 4, "C")
+_I4 = ("int32", 4, "C")
+_S32, _I64 = ("float32", 0, ""), ("int64", 0, "")
+SIGNATURES: dict[str, tuple[str, tuple[Arg, ...], str]] = {
+    "matmul_c": ("matmul", (_F2, _F2, _F2), "void"),
+    "matmul_f": ("matmul", (("float32", 2, "F"), _F2, _F2), "void"),
+    "add_bias_rows": ("add_bias_rows", (_F2, _F1), "void"),
+    "sum_blocked": ("sum_blocked", (_F1,), "float32"),
+    "rowsum": ("rowsum", (_F2, _F1), "void"),
+    "relu_fwd": ("relu_fwd", (_F1, _F1), "void"),
+    "relu_bwd": ("relu_bwd", (_F1, _F1, _F1), "void"),
+    "gelu_fwd": ("gelu_fwd", (_F1, _F1), "void"),
+    "gelu_bwd": ("gelu_bwd", (_F1, _F1, _F1), "void"),
+    "softmax_ce": ("softmax_ce", (_F2, ("int64", 1, "C"), _F2, _F1), "void"),
+    "mse": ("mse", (_F2, _F2, _F2, _F1), "void"),
+    "im2col": ("im2col", (_F4, _F2, _F2), "void"),
+    "col2im": ("col2im", (_F2, _F4), "void"),
+    "maxpool_fwd": ("maxpool_fwd", (_F4, _F4, _I4), "void"),
+    "maxpool_bwd": ("maxpool_bwd", (_F4, _I4, _F4), "void"),
+    "sgd_update": ("sgd_update", (_F1, _F1, _F1, _S32, _S32, _S32, _I64), "void"),
+    "adam_update": ("adam_update", (_F1, _F1, _F1, _F1, _F1, _I64), "void"),
 }
+
+
+def numba_signature(args: tuple[Arg, ...], ret: str) -> str:
+    """The Numba signature string of an export (``float32[:, ::1]`` for a C-ordered matrix)."""
+
+    def one(dtype: str, ndim: int, order: str) -> str:
+        if ndim == 0:
+            return dtype
+        dims = [":"] * ndim
+        dims[-1 if order == "C" else 0] = "::1"
+        return f"{dtype}[{', '.join(dims)}]"
+
+    return f"{ret}({', '.join(one(*a) for a in args)})"
 
 
 def digest(numba_version: str | None = None) -> str:
@@ -111,28 +128,47 @@ def load() -> ModuleType | None:
 class AotKernels:
     """The compiled kernels under the names of :mod:`dk.pol.exact._cpu`.
 
-    Each compiled kernel takes exactly the argument types of :data:`SIGNATURES`. Arguments of
-    other types (which the JIT would compile a new specialisation for) are passed to the JIT
-    kernel of the same name instead: same bits, Numba imported only then.
+    A compiled kernel does **not** check its arguments (a wrong dtype, rank or order is read as
+    if it were right: wrong results or a crash), so every call is checked here against its
+    export's signature first (:func:`fits`). Arguments that do not fit (which the JIT would
+    compile a new specialisation for) go to the JIT kernel of the same name: same bits, Numba
+    imported only then.
     """
 
     def __init__(self, mod: ModuleType) -> None:
-        for export, (name, _) in SIGNATURES.items():
-            if name != "matmul":
-                setattr(self, name, _or_jit(getattr(mod, export), name))
-        self._mc, self._mf = mod.matmul_c, mod.matmul_f
+        by_name: dict[str, list[tuple[Any, tuple[Arg, ...]]]] = {}
+        for export, (name, args, _) in SIGNATURES.items():
+            by_name.setdefault(name, []).append((getattr(mod, export), args))
+        for name, exports in by_name.items():
+            setattr(self, name, _checked(name, exports))
 
-    def matmul(self, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
-        """``_cpu.matmul``: the export for ``a``'s order (a copy of ``a`` if it has neither)."""
-        try:
-            if a.flags.c_contiguous:
-                self._mc(a, b, c)
-            elif a.flags.f_contiguous:
-                self._mf(a, b, c)
-            else:
-                self._mc(np.ascontiguousarray(a), b, c)
-        except TypeError:
-            _jit("matmul")(a, b, c)
+
+def fits(values: tuple[Any, ...], args: tuple[Arg, ...]) -> bool:
+    """True when ``values`` have exactly the types ``args`` of an export: arrays of that dtype
+    (native byte order), rank and order, aligned and writable; float32 scalars as
+    ``numpy.float32``; int64 scalars as ``int`` or ``numpy.int64`` (the JIT types a Python
+    float as float64, another kernel)."""
+    if len(values) != len(args):
+        return False
+    for v, (dtype, ndim, order) in zip(values, args, strict=True):
+        if ndim == 0:
+            if dtype == "float32":
+                if type(v) is not np.float32:
+                    return False
+            elif type(v) is not int and type(v) is not np.int64:
+                return False
+            continue
+        if type(v) is not np.ndarray or v.ndim != ndim or v.dtype != _DTYPES[dtype]:
+            return False
+        flags = v.flags
+        if not (flags.aligned and flags.writeable):
+            return False
+        if not (flags.c_contiguous if order == "C" else flags.f_contiguous):
+            return False
+    return True
+
+
+_DTYPES = {name: np.dtype(name) for name in ("float32", "int32", "int64")}
 
 
 def _jit(name: str) -> Any:
@@ -141,12 +177,14 @@ def _jit(name: str) -> Any:
     return getattr(_cpu, name)
 
 
-def _or_jit(fn: Any, name: str) -> Any:
-    def kernel(*args: Any) -> Any:
-        try:
-            return fn(*args)
-        except TypeError:  # argument types it was not compiled for: the JIT kernel compiles them
-            return _jit(name)(*args)
+def _checked(name: str, exports: list[tuple[Any, tuple[Arg, ...]]]) -> Any:
+    """``name``'s kernel: the first export whose signature the arguments fit, else the JIT's."""
+
+    def kernel(*values: Any) -> Any:
+        for fn, args in exports:
+            if fits(values, args):
+                return fn(*values)
+        return _jit(name)(*values)
 
     kernel.__name__ = name
     return kernel
@@ -188,8 +226,8 @@ def build(out_dir: Path = HERE, *, verbose: bool = False) -> Path:
     cc.output_dir = str(out_dir)
     cc.target_cpu = "host"  # what the JIT targets: this machine's instruction set
     cc.verbose = verbose
-    for export, (name, sig) in SIGNATURES.items():
-        cc.export(export, sig)(getattr(_cpu, name).py_func)
+    for export, (name, args, ret) in SIGNATURES.items():
+        cc.export(export, numba_signature(args, ret))(getattr(_cpu, name).py_func)
     cc.export(f"build_{digest()}", "int64()")(_build_digest_marker)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
