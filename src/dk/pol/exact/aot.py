@@ -29,11 +29,13 @@ session uses the JIT kernels, as before this module existed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -229,10 +231,32 @@ def build(out_dir: Path = HERE, *, verbose: bool = False) -> Path:
     for export, (name, args, ret) in SIGNATURES.items():
         cc.export(export, numba_signature(args, ret))(getattr(_cpu, name).py_func)
     cc.export(f"build_{digest()}", "int64()")(_build_digest_marker)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _releasing_the_gil():
         warnings.simplefilter("ignore")
         cc.compile()
     return Path(cc.output_file)
+
+
+@contextlib.contextmanager
+def _releasing_the_gil() -> Iterator[None]:
+    """Compile exports that release the GIL while they run, as the JIT kernels do
+    (``nogil=True``: the Recorder's commit thread hashes and writes while a step computes).
+    ``numba.pycc`` has no option for it; its exports take their flags from
+    ``numba.pycc.compiler.Flags``, so a subclass with ``release_gil`` set stands in for it
+    during the build (``tests/unit/exact/test_exact_aot.py`` checks the GIL is released)."""
+    compiler: Any = importlib.import_module("numba.pycc.compiler")
+    base: Any = compiler.Flags
+
+    class NoGilFlags(base):  # type: ignore[misc]  # Numba's untyped class
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.release_gil = True
+
+    compiler.Flags = NoGilFlags
+    try:
+        yield
+    finally:
+        compiler.Flags = base
 
 
 def main(argv: list[str]) -> int:
