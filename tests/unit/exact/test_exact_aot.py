@@ -275,7 +275,7 @@ def _turns_per_second(fn, *args: np.ndarray) -> float:  # type: ignore[no-untype
     for _ in range(3):
         span: dict[str, float] = {}
 
-        def work() -> None:
+        def work(span: dict[str, float] = span) -> None:
             span["start"] = time.perf_counter()
             fn(*args)
             span["end"] = time.perf_counter()
