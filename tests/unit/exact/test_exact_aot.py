@@ -163,8 +163,10 @@ def test_only_one_thread_sessions_use_them(compiled, monkeypatch) -> None:  # ty
         KernelSession(job)
 
 
-def test_a_stale_module_is_never_used(compiled, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(aot, "digest", lambda: "0" * 16)
+@pytest.mark.parametrize("what", ["digest", "cpu_fingerprint"])
+def test_a_stale_or_foreign_module_is_never_used(compiled, what, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Edited kernel sources, or a module built on another CPU: the JIT kernels serve."""
+    monkeypatch.setattr(aot, what, lambda: "0" * 16)
     aot.load.cache_clear()
     try:
         assert aot.load() is None
@@ -177,6 +179,27 @@ def test_a_stale_module_is_never_used(compiled, monkeypatch) -> None:  # type: i
         monkeypatch.undo()
         aot.load.cache_clear()
     assert aot.load() is not None
+
+
+def test_the_cpu_fingerprint_reads_the_instruction_set(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import builtins
+    import io
+
+    def cpuinfo(flags: bytes) -> object:
+        text = b"processor\t: 0\nvendor_id\t: X\nflags\t\t: " + flags + b"\n\nprocessor\t: 1\n"
+
+        def fake_open(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+            return io.BytesIO(text) if path == "/proc/cpuinfo" else real_open(path, *args, **kwargs)
+
+        return fake_open
+
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", cpuinfo(b"sse2 avx2"))
+    a = aot.cpu_fingerprint()
+    monkeypatch.setattr(builtins, "open", cpuinfo(b"sse2 avx2 avx512f"))
+    b = aot.cpu_fingerprint()
+    monkeypatch.setattr(builtins, "open", cpuinfo(b"sse2 avx2"))
+    assert a != b and aot.cpu_fingerprint() == a
 
 
 def test_the_digest_follows_the_kernel_sources(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

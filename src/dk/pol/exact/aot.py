@@ -15,10 +15,11 @@ work only over independent output elements, so one thread computes the same bits
 II §3). ``tests/unit/exact/test_exact_aot.py`` checks every kernel against the JIT kernel on
 fresh random inputs, and whole steps of every architecture.
 
-**Never stale.** The build names the digest of the kernels' sources (``_cpu.py``, ``_math.py``,
-this file) in an exported symbol; :func:`load` returns the module only
-when that digest is the one of the sources in this checkout, so an edited kernel is never run
-from an old build: it falls back to the JIT kernels.
+**Never stale, never foreign.** The build names the digest of the kernels' sources (``_cpu.py``,
+``_math.py``, this file) and of the build machine's CPU (:func:`cpu_fingerprint`) in an exported
+symbol; :func:`load` returns the module only when both are this checkout's and this machine's,
+so an edited kernel is never run from an old build, nor a module copied from another CPU (it
+may use instructions this one lacks): the JIT kernels serve instead.
 
 **Used when** a CPU kernel session runs one thread (``kernel_threads``) and the module is there
 and current; ``DK_KERNELS=jit`` always uses the JIT kernels, ``DK_KERNELS=aot`` refuses to run
@@ -45,7 +46,16 @@ import numpy as np
 from dk.errors import BackendUnavailable
 from dk.pol.exact._cpu_backend import CpuBackend
 
-__all__ = ["MODULE", "AotKernels", "build", "digest", "kernel_mode", "load", "serial_backend"]
+__all__ = [
+    "MODULE",
+    "AotKernels",
+    "build",
+    "cpu_fingerprint",
+    "digest",
+    "kernel_mode",
+    "load",
+    "serial_backend",
+]
 
 MODULE = "_cpu_aot"
 HERE = Path(__file__).resolve().parent
@@ -103,6 +113,34 @@ def digest() -> str:
     return h.hexdigest()[:16]
 
 
+def cpu_fingerprint() -> str:
+    """First 16 hex digits of SHA-256 over what names this machine's instruction set: the
+    architecture and, on Linux, the first processor's model and feature flags
+    (``/proc/cpuinfo``). The module is compiled for the build machine's CPU (as the JIT compiles
+    for the running one), so a copy on another CPU is not used: it could hold instructions
+    that CPU lacks. Elsewhere only the architecture is known (a copy between two such machines
+    with other instruction sets is not detected)."""
+    parts = [os.uname().machine if hasattr(os, "uname") else sys.platform]
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            first = f.read(1 << 16).split(b"\n\n", 1)[0]
+    except OSError:
+        first = b""
+    for line in first.splitlines():
+        key = line.split(b":", 1)[0].strip().lower()
+        if key in _CPU_KEYS:
+            parts.append(line.decode("utf-8", "replace"))
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+_CPU_KEYS = {b"vendor_id", b"model name", b"flags", b"features", b"cpu implementer", b"cpu part"}
+
+
+def _marker() -> str:
+    """The exported symbol that names the sources and the CPU a module was built for."""
+    return f"build_{digest()}_{cpu_fingerprint()}"
+
+
 def kernel_mode() -> str:
     """``DK_KERNELS``: ``auto`` (default), ``aot`` or ``jit``."""
     mode = os.environ.get("DK_KERNELS", "auto").strip().lower() or "auto"
@@ -113,12 +151,13 @@ def kernel_mode() -> str:
 
 @functools.cache
 def load() -> ModuleType | None:
-    """The compiled module if it is built from this checkout's kernel sources, else ``None``."""
+    """The compiled module if it was built from this checkout's kernel sources on a machine
+    with this CPU, else ``None``."""
     try:
         mod = importlib.import_module(f"dk.pol.exact.{MODULE}")
     except ImportError:
         return None
-    return mod if hasattr(mod, f"build_{digest()}") else None
+    return mod if hasattr(mod, _marker()) else None
 
 
 class AotKernels:
@@ -224,7 +263,7 @@ def build(out_dir: Path = HERE, *, verbose: bool = False) -> Path:
     cc.verbose = verbose
     for export, (name, args, ret) in SIGNATURES.items():
         cc.export(export, numba_signature(args, ret))(getattr(_cpu, name).py_func)
-    cc.export(f"build_{digest()}", "int64()")(_build_digest_marker)
+    cc.export(_marker(), "int64()")(_build_digest_marker)
     with warnings.catch_warnings(), _releasing_the_gil():
         warnings.simplefilter("ignore")
         cc.compile()
