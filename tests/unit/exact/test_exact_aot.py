@@ -27,6 +27,10 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def compiled() -> aot.AotKernels:
+    import importlib.util
+
+    if importlib.util.find_spec("numba.pycc") is None:  # a Numba without its AOT compiler
+        pytest.skip("this Numba has no numba.pycc: dk uses the JIT kernels only")
     mod = aot.load()
     if mod is None:
         pytest.fail("dk's ahead-of-time kernels are missing or stale: `make` builds them")
@@ -326,3 +330,24 @@ def test_the_kernels_release_the_gil(compiled) -> None:  # type: ignore[no-untyp
     jit, aot_, held = rates
     assert held < jit / 2, (held, jit)  # the measure tells the two apart
     assert aot_ > jit / 2, (aot_, jit)
+
+
+def test_the_build_command_says_what_happened(compiled, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert aot.main(["check"]) == 0
+    assert "current" in capsys.readouterr().out
+
+    def no_compiler(*_: object, **__: object) -> None:
+        raise RuntimeError("unable to execute 'gcc': No such file or directory")
+
+    monkeypatch.setattr(aot, "build", no_compiler)
+    assert aot.main(["build"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "gcc" in err and "Traceback" not in err
+
+    def no_pycc(*_: object, **__: object) -> None:
+        raise ImportError("No module named 'numba.pycc'")
+
+    monkeypatch.setattr(aot, "build", no_pycc)
+    assert aot.main(["build"]) == 0  # the JIT kernels serve: installing goes on
+    assert "JIT kernels will be used" in capsys.readouterr().out
+    assert aot.main(["nonsense"]) == 2

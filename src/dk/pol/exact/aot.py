@@ -301,6 +301,10 @@ def main(argv: list[str]) -> int:
         except ImportError as e:  # a Numba without its AOT compiler: the JIT kernels serve
             print(f"dk: ahead-of-time kernels not built ({e}); the JIT kernels will be used")
             return 0
+        except Exception as e:  # e.g. no C compiler: say so in one line; make stops here
+            print(f"dk: building the ahead-of-time kernels failed: {type(e).__name__}: {e}",
+                  file=sys.stderr)  # fmt: skip
+            return 1
         print(f"dk: ahead-of-time kernels built: {path.name} (digest {digest()})")
         return 0
     if cmd == "check":
