@@ -1,8 +1,9 @@
 """Exact-mode kernels against torch: steps/s of one training step (MLP 784-256-10, batch 64).
 
 The exact kernels run with Numba's thread count set when the process started
-(``NUMBA_NUM_THREADS``) and, in a child process, with one thread; torch runs with its default
-thread count and with one. Target: exact >= 0.7x torch's default CPU speed.
+(``NUMBA_NUM_THREADS``) and, in a child process, with one thread, also as compiled ahead of time
+(``dk.pol.exact.aot``); torch runs with its default thread count and with one. Target: exact
+>= 0.7x torch's default CPU speed.
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ def _rate(step, seconds: float = 2.0) -> float:  # type: ignore[no-untyped-def]
     return n / (time.perf_counter() - t0)
 
 
-def exact_rate() -> float:
-    """Steps/s of ``ExactTrainer`` on the CPU."""
+def exact_rate(serial: bool = False) -> float:
+    """Steps/s of ``ExactTrainer`` on the CPU (``serial``: the ahead-of-time kernels, one
+    thread, when ``DK_KERNELS`` allows)."""
     from dk.pol.exact import ExactTrainer
     from dk.pol.models import init_params
 
-    tr = ExactTrainer(MODEL, OPT, "cross_entropy")
+    tr = ExactTrainer(MODEL, OPT, "cross_entropy", serial=serial)
     params, state = init_params(MODEL, 0), {}
     x, y = _batch()
     return _rate(lambda: tr.step(params, state, x, y))
@@ -68,9 +70,10 @@ def torch_rate(threads: int | None) -> float:
     return _rate(step)
 
 
-def _child_exact(threads: int) -> float:
-    env = dict(os.environ, NUMBA_NUM_THREADS=str(threads))
-    code = "import json, bench.bench_exact as b; print(json.dumps(b.exact_rate()))"
+def _child_exact(threads: int, kernels: str = "jit") -> float:
+    env = dict(os.environ, NUMBA_NUM_THREADS=str(threads), DK_KERNELS=kernels)
+    serial = kernels == "aot"
+    code = f"import json, bench.bench_exact as b; print(json.dumps(b.exact_rate({serial})))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, cwd=os.path.dirname(os.path.dirname(__file__)))  # fmt: skip
     return float(json.loads(out.stdout.strip().splitlines()[-1]))
@@ -89,6 +92,7 @@ def main() -> None:
     torch.set_num_threads(default_threads)
     rows.append(("exact numba 1 thread", _child_exact(1)))
     rows.append((f"exact numba {cpus} threads", _child_exact(cpus)))
+    rows.append(("exact ahead-of-time 1 thread", _child_exact(1, "aot")))
     base = rows[0][1]
     print(f"MLP 784-256-10, batch {BATCH}, SGD momentum, cross-entropy (CPU)")
     print(f"{'implementation':32} {'steps/s':>10} {'vs torch default':>17}")

@@ -21,6 +21,10 @@ symbol; :func:`load` returns the module only when both are this checkout's and t
 so an edited kernel is never run from an old build, nor a module copied from another CPU (it
 may use instructions this one lacks): the JIT kernels serve instead.
 
+**Checked calls, GIL released.** A compiled kernel does not check its arguments, so each call is
+checked against its signature first and anything else goes to the JIT kernel
+(:class:`AotKernels`); the kernels release the GIL while they run, as the JIT kernels do.
+
 **Used when** a CPU kernel session runs one thread (``kernel_threads``) and the module is there
 and current; ``DK_KERNELS=jit`` always uses the JIT kernels, ``DK_KERNELS=aot`` refuses to run
 without the module (tests and benchmarks choose their path this way). Numba's AOT compiler is
@@ -47,7 +51,6 @@ from dk.errors import BackendUnavailable
 from dk.pol.exact._cpu_backend import CpuBackend
 
 __all__ = [
-    "MODULE",
     "AotKernels",
     "build",
     "cpu_fingerprint",
