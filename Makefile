@@ -3,9 +3,8 @@ PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-AOT     := $(VENV)/.aot-kernels
 
-.PHONY: demo test bench lint vectors clean pg
+.PHONY: demo test bench lint vectors clean pg aot
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,12 +17,12 @@ $(STAMP): $(BIN)/python pyproject.toml
 	touch $(STAMP)
 
 # dk's CPU kernels compiled ahead of time (one-thread steps start without importing Numba:
-# dk.pol.exact.aot), rebuilt when a kernel changes; missing or stale, dk uses the JIT kernels.
-$(AOT): $(STAMP) src/dk/pol/exact/_cpu.py src/dk/pol/exact/_math.py src/dk/pol/exact/aot.py
-	$(BIN)/python -m dk.pol.exact.aot build
-	touch $(AOT)
+# dk.pol.exact.aot). Checked every time (0.1 s) and rebuilt when the module is missing, older
+# than a kernel's source or built on another CPU; without it dk uses the JIT kernels.
+aot: $(STAMP)
+	@$(BIN)/python -m dk.pol.exact.aot check >/dev/null || $(BIN)/python -m dk.pol.exact.aot build
 
-demo: $(AOT)
+demo: aot
 	$(BIN)/python -m dk.demo
 
 # PostgreSQL 15 for the market's PostgreSQL tests: on the machine image already; else Debian's.
@@ -32,10 +31,10 @@ pg:
 	  || (apt-get update -q && apt-get install -y -q postgresql) \
 	  || echo "make: PostgreSQL not installed; its tests will be skipped"
 
-test: lint pg $(AOT)
+test: lint pg aot
 	NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
-bench: $(AOT)
+bench: aot
 	$(BIN)/python -m bench
 
 # ruff, then mypy as configured in pyproject.toml ([tool.mypy]: strict for crypto, pol, verifier).

@@ -94,7 +94,9 @@ class KernelSession:
 
     def __init__(self, job: JobSpec, *, device: str = "cpu") -> None:
         from dk.pol.exact import ExactTrainer
+        from dk.pol.exact.aot import kernel_mode
 
+        kernel_mode()  # DK_KERNELS is valid, whichever kernels this session runs
         self.job = job
         self.threads = kernel_threads(job)
         self.trainer = ExactTrainer(

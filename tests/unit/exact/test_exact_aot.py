@@ -165,6 +165,9 @@ def test_only_one_thread_sessions_use_them(compiled, monkeypatch) -> None:  # ty
     monkeypatch.setenv("DK_KERNELS", "fast")
     with pytest.raises(ValueError, match="DK_KERNELS"):
         KernelSession(job)
+    monkeypatch.setenv("DK_KERNEL_THREADS", "2")  # checked on more threads too
+    with pytest.raises(ValueError, match="DK_KERNELS"):
+        KernelSession(job)
 
 
 @pytest.mark.parametrize("what", ["digest", "cpu_fingerprint"])
@@ -223,17 +226,28 @@ def test_other_argument_types_go_to_the_jit_kernel(compiled) -> None:  # type: i
     z = _f32(rng, 40)
     readonly = z[:20].copy()
     readonly.flags.writeable = False
+    misaligned = np.frombuffer(bytearray(81), np.uint8)[1:].view(np.float32)
+    misaligned[:] = z[:20]
+    sig = aot.SIGNATURES["relu_fwd"][1]
     for bad in (
         z[::2],  # not contiguous
         z[:20].astype(np.float64),  # another dtype
-        z[:20].reshape(4, 5),  # another rank
+        np.arange(-10, 10, dtype=np.int32),  # another dtype of the same size
         readonly,  # not writable (the JIT types it as a read-only array)
+        misaligned,  # not aligned
+        z[:20].view(np.ma.MaskedArray),  # a subclass of ndarray
     ):
         h_jit, h_aot = np.zeros(bad.size, np.float32), np.zeros(bad.size, np.float32)
-        assert not aot.fits((bad, h_aot), aot.SIGNATURES["relu_fwd"][1])
-        _cpu.relu_fwd(bad.reshape(-1) if bad.ndim > 1 else bad, h_jit)
-        compiled.relu_fwd(bad.reshape(-1) if bad.ndim > 1 else bad, h_aot)
+        assert not aot.fits((bad, h_aot), sig)
+        _cpu.relu_fwd(bad, h_jit)
+        compiled.relu_fwd(bad, h_aot)
         assert np.array_equal(_bits(h_jit), _bits(h_aot))
+    two_d = z[:20].reshape(4, 5)  # another rank: the JIT cannot type it either
+    assert not aot.fits((two_d, np.zeros(20, np.float32)), sig)
+    with pytest.raises(Exception) as jit_rank:  # Numba's typing error
+        _cpu.relu_fwd(two_d, np.zeros(20, np.float32))
+    with pytest.raises(type(jit_rank.value)):
+        compiled.relu_fwd(two_d, np.zeros(20, np.float32))
     a, b = _f32(rng, 12, 10)[::2, ::3], _f32(rng, 4, 5)  # neither C- nor F-ordered
     c_jit, c_aot = np.empty((6, 5), np.float32), np.empty((6, 5), np.float32)
     _cpu.matmul(a, b, c_jit)
@@ -244,6 +258,11 @@ def test_other_argument_types_go_to_the_jit_kernel(compiled) -> None:  # type: i
     assert aot.fits((*p, *args), aot.SIGNATURES["sgd_update"][1])
     assert not aot.fits((*p, 0.05, *args[1:]), aot.SIGNATURES["sgd_update"][1])  # float64 lr
     assert not aot.fits((*p, *args[:3], True), aot.SIGNATURES["sgd_update"][1])
+    assert not aot.fits((*p, *args[:3], 1 << 63), aot.SIGNATURES["sgd_update"][1])  # not int64
+    assert not aot.fits((*p, *args[:3], -(1 << 63) - 1), aot.SIGNATURES["sgd_update"][1])
+    assert aot.fits((*p, *args[:3], -(1 << 63)), aot.SIGNATURES["sgd_update"][1])
+    assert aot.fits((*p, *args[:3], np.int64(5)), aot.SIGNATURES["sgd_update"][1])
+    assert not aot.fits((*p, *args[:3], np.int32(5)), aot.SIGNATURES["sgd_update"][1])
     assert not aot.fits((*p, *args[:3]), aot.SIGNATURES["sgd_update"][1])  # one missing
     assert not aot.fits((z[:20].astype(">f4"), z[:20]), aot.SIGNATURES["relu_fwd"][1])
     with pytest.raises(Exception) as jit_error:  # Numba's typing error
@@ -351,3 +370,22 @@ def test_the_build_command_says_what_happened(compiled, monkeypatch, capsys) -> 
     assert aot.main(["build"]) == 0  # the JIT kernels serve: installing goes on
     assert "JIT kernels will be used" in capsys.readouterr().out
     assert aot.main(["nonsense"]) == 2
+
+
+def test_the_build_compiles_as_the_jit_does(compiled) -> None:  # type: ignore[no-untyped-def]
+    """During the build pycc's exports release the GIL and its code generator targets the
+    features the host reports (pycc alone: the CPU model's, which a VM may not have)."""
+    import warnings
+
+    from numba.core import codegen
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from numba.pycc import compiler
+    before = (compiler.Flags, codegen.AOTCPUCodegen._customize_tm_features)
+    assert codegen.AOTCPUCodegen("plain", cpu_name="host")._tm_features == ""
+    with aot._as_the_jit_compiles():
+        assert compiler.Flags().release_gil
+        host = codegen.AOTCPUCodegen("probe", cpu_name="host")._tm_features
+        assert host == codegen.JITCPUCodegen("jit")._tm_features != ""
+    assert (compiler.Flags, codegen.AOTCPUCodegen._customize_tm_features) == before

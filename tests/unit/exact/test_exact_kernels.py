@@ -26,6 +26,10 @@ def kern(request: pytest.FixtureRequest) -> object:
     """The kernels: ``_cpu``'s JIT kernels, or the ahead-of-time ones under the same names."""
     if request.param == "jit":
         return _cpu
+    import importlib.util
+
+    if importlib.util.find_spec("numba.pycc") is None:  # a Numba without its AOT compiler
+        pytest.skip("this Numba has no numba.pycc: dk uses the JIT kernels only")
     mod = aot.load()
     if mod is None:
         pytest.fail("dk's ahead-of-time kernels are missing or stale: `make` builds them")

@@ -9,11 +9,12 @@ neither Numba nor LLVM at run time.
 
 **Same bits.** The module is compiled from the very Python functions of ``_cpu`` (``py_func``),
 with the same compiler flags a ``@njit`` kernel gets (no fast-math, so no reassociation and no
-fused multiply-add; Python's error model) for the same argument types, and its target CPU is the
-host's, as the JIT's is. A parallel kernel (``prange``) compiles as its serial loop: kernels split
-work only over independent output elements, so one thread computes the same bits as many (SPEC
-II §3). ``tests/unit/exact/test_exact_aot.py`` checks every kernel against the JIT kernel on
-fresh random inputs, and whole steps of every architecture.
+fused multiply-add; Python's error model) for the same argument types, for the host's CPU model
+and the instruction-set features the host reports, as the JIT compiles. A parallel kernel
+(``prange``) compiles as its serial loop: kernels split work only over independent output
+elements, so one thread computes the same bits as many (SPEC II §3).
+``tests/unit/exact/test_exact_aot.py`` checks every kernel against the JIT kernel on fresh random
+inputs, and whole steps of every architecture.
 
 **Never stale, never foreign.** The build names the digest of the kernels' sources (``_cpu.py``,
 ``_math.py``, this file) and of the build machine's CPU (:func:`cpu_fingerprint`) in an exported
@@ -26,8 +27,10 @@ checked against its signature first and anything else goes to the JIT kernel
 (:class:`AotKernels`); the kernels release the GIL while they run, as the JIT kernels do.
 
 **Used when** a CPU kernel session runs one thread (``kernel_threads``) and the module is there
-and current; ``DK_KERNELS=jit`` always uses the JIT kernels, ``DK_KERNELS=aot`` refuses to run
-without the module (tests and benchmarks choose their path this way). Numba's AOT compiler is
+and current; ``DK_KERNELS=jit`` always uses the JIT kernels, ``DK_KERNELS=aot`` makes a
+one-thread session refuse to run without the module (tests and benchmarks choose their path
+this way); a session on more threads uses the JIT kernels whatever ``DK_KERNELS`` says (it
+checks only that the value is valid). Numba's AOT compiler is
 deprecated upstream; when a Numba without it is installed the build reports so and every
 session uses the JIT kernels, as before this module existed.
 """
@@ -158,9 +161,10 @@ def load() -> ModuleType | None:
     with this CPU, else ``None``."""
     try:
         mod = importlib.import_module(f"dk.pol.exact.{MODULE}")
-    except ImportError:
+        marker = _marker()
+    except (ImportError, OSError):  # not built, or the sources are not there to compare
         return None
-    return mod if hasattr(mod, _marker()) else None
+    return mod if hasattr(mod, marker) else None
 
 
 class AotKernels:
@@ -193,7 +197,9 @@ def fits(values: tuple[Any, ...], args: tuple[Arg, ...]) -> bool:
             if dtype == "float32":
                 if type(v) is not np.float32:
                     return False
-            elif type(v) is not int and type(v) is not np.int64:
+            elif type(v) is np.int64:
+                continue
+            elif type(v) is not int or not -(1 << 63) <= v < 1 << 63:
                 return False
             continue
         if type(v) is not np.ndarray or v.ndim != ndim or v.dtype != _DTYPES[dtype]:
@@ -267,32 +273,46 @@ def build(out_dir: Path = HERE, *, verbose: bool = False) -> Path:
     for export, (name, args, ret) in SIGNATURES.items():
         cc.export(export, numba_signature(args, ret))(getattr(_cpu, name).py_func)
     cc.export(_marker(), "int64()")(_build_digest_marker)
-    with warnings.catch_warnings(), _releasing_the_gil():
+    with warnings.catch_warnings(), _as_the_jit_compiles():
         warnings.simplefilter("ignore")
         cc.compile()
     return Path(cc.output_file)
 
 
 @contextlib.contextmanager
-def _releasing_the_gil() -> Iterator[None]:
-    """Compile exports that release the GIL while they run, as the JIT kernels do
-    (``nogil=True``: the Recorder's commit thread hashes and writes while a step computes).
-    ``numba.pycc`` has no option for it; its exports take their flags from
-    ``numba.pycc.compiler.Flags``, so a subclass with ``release_gil`` set stands in for it
-    during the build (``tests/unit/exact/test_exact_aot.py`` checks the GIL is released)."""
+def _as_the_jit_compiles() -> Iterator[None]:
+    """Two settings ``numba.pycc`` lacks, set for the build as the JIT has them:
+
+    * **The host's instruction set.** pycc targets a CPU *model* (``host`` is its name) with no
+      feature list, so LLVM assumes every feature of that model, which a virtual machine may
+      hide (AVX-512 on a Skylake-SP model, say): an illegal instruction there. The JIT passes
+      the features the host reports (and ``NUMBA_CPU_NAME``/``NUMBA_CPU_FEATURES``); the build
+      does the same.
+    * **The GIL released** while an export runs, as the JIT kernels do (``nogil=True``: the
+      Recorder's commit thread hashes and writes while a step computes). pycc's exports take
+      their flags from ``numba.pycc.compiler.Flags``: a subclass with ``release_gil`` set
+      stands in for it (``tests/unit/exact/test_exact_aot.py`` checks the GIL is released).
+    """
     compiler: Any = importlib.import_module("numba.pycc.compiler")
+    codegen: Any = importlib.import_module("numba.core.codegen")
     base: Any = compiler.Flags
+    features = codegen.AOTCPUCodegen._customize_tm_features
 
     class NoGilFlags(base):  # type: ignore[misc]  # Numba's untyped class
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.release_gil = True
 
+    def host_features(self: Any) -> str:
+        return str(self._get_host_cpu_features())
+
     compiler.Flags = NoGilFlags
+    codegen.AOTCPUCodegen._customize_tm_features = host_features
     try:
         yield
     finally:
         compiler.Flags = base
+        codegen.AOTCPUCodegen._customize_tm_features = features
 
 
 def main(argv: list[str]) -> int:
