@@ -69,6 +69,23 @@ def run(case: tuple, steps: int, n: int, seed: int, device: str = "cpu") -> dict
     return {**params, **state}
 
 
+def compiled_kernels() -> Any:
+    """The ahead-of-time kernels (``dk.pol.exact.aot``) for a test: skipped where this Numba has
+    no ``numba.pycc`` (they cannot exist), a failure where ``make`` has not built them."""
+    import importlib.util
+
+    import pytest
+
+    from dk.pol.exact import aot
+
+    if importlib.util.find_spec("numba.pycc") is None:
+        pytest.skip("this Numba has no numba.pycc: dk uses the JIT kernels only")
+    mod = aot.load()
+    if mod is None:
+        pytest.fail("dk's ahead-of-time kernels are missing or stale: `make` builds them")
+    return aot.AotKernels(mod)
+
+
 def digest(arrays: dict[str, np.ndarray]) -> str:
     """SHA-256 over names and raw bytes, in sorted name order."""
     h = hashlib.sha256()

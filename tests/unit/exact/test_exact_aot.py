@@ -20,21 +20,14 @@ from dk.errors import BackendUnavailable
 from dk.pol.exact import ExactTrainer, _cpu, aot
 from dk.pol.models import init_params
 
-from ._exact_cases import CASES, TINY, batch, digest
+from ._exact_cases import CASES, TINY, batch, compiled_kernels, digest
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
 def compiled() -> aot.AotKernels:
-    import importlib.util
-
-    if importlib.util.find_spec("numba.pycc") is None:  # a Numba without its AOT compiler
-        pytest.skip("this Numba has no numba.pycc: dk uses the JIT kernels only")
-    mod = aot.load()
-    if mod is None:
-        pytest.fail("dk's ahead-of-time kernels are missing or stale: `make` builds them")
-    return aot.AotKernels(mod)
+    return compiled_kernels()  # type: ignore[no-any-return]
 
 
 def _bits(a: np.ndarray) -> np.ndarray:

@@ -14,8 +14,10 @@ import math
 import numpy as np
 import pytest
 
-from dk.pol.exact import _cpu, aot
+from dk.pol.exact import _cpu
 from dk.pol.exact import reference as ref
+
+from ._exact_cases import compiled_kernels
 
 U = 2.0**-24
 BLOCK = 32
@@ -24,16 +26,7 @@ BLOCK = 32
 @pytest.fixture(params=["jit", "aot"])
 def kern(request: pytest.FixtureRequest) -> object:
     """The kernels: ``_cpu``'s JIT kernels, or the ahead-of-time ones under the same names."""
-    if request.param == "jit":
-        return _cpu
-    import importlib.util
-
-    if importlib.util.find_spec("numba.pycc") is None:  # a Numba without its AOT compiler
-        pytest.skip("this Numba has no numba.pycc: dk uses the JIT kernels only")
-    mod = aot.load()
-    if mod is None:
-        pytest.fail("dk's ahead-of-time kernels are missing or stale: `make` builds them")
-    return aot.AotKernels(mod)
+    return _cpu if request.param == "jit" else compiled_kernels()
 
 
 @pytest.fixture
