@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from dk.pol.backends import elementwise
+
 _F32 = torch.float32
 _F64 = torch.float64
 _BF16 = torch.bfloat16
@@ -54,12 +56,20 @@ def _f32(x: Any, like: torch.Tensor) -> Any:
     return torch.tensor(float(x), dtype=_F32, device=like.device)
 
 
-def _one(base: str, v: dict[str, Any], i: int | None) -> torch.Tensor:
+def _one(
+    base: str, v: dict[str, Any], i: int | None, into: torch.Tensor | None = None
+) -> torch.Tensor:
+    """One operation (list element ``i`` of a ``_foreach_`` form); the result is written
+    into ``into`` when the one-pass kernel takes it (``elementwise.py``), else a new tensor."""
+
     def get(name: str) -> Any:
         x = v[name]
         return x[i] if i is not None and isinstance(x, list | tuple) else x
 
     s = get("self")
+    fast = _fast(base, v, get, s, into)
+    if fast is not None:
+        return fast
     if base in ("add", "sub"):
         b = torch.mul(_f32(get("other"), s), _f32(v.get("alpha", 1), s))
         return torch.add(s, b) if base == "add" else torch.sub(s, b)
@@ -72,9 +82,10 @@ def _one(base: str, v: dict[str, Any], i: int | None) -> torch.Tensor:
         if isinstance(value, torch.Tensor) and value.dim() == 1 and i is not None:
             value = value[i]  # _foreach_addc*.Tensor: one scalar per list element
         return torch.add(s, torch.mul(_f32(value, s), t))
-    if base == "lerp":
+    if base == "lerp":  # lerp: end, weight; _foreach_lerp: tensors1, weight (or weights)
         w = get("weight") if "weight" in v else get("weights")
-        return torch.add(s, torch.mul(_f32(w, s), torch.sub(get("end"), s)))
+        end = get("end") if "end" in v else get("tensors1")
+        return torch.add(s, torch.mul(_f32(w, s), torch.sub(end, s)))
     raise AssertionError(base)
 
 
@@ -85,18 +96,36 @@ def run_split(func: Any, args: Any, kwargs: Any) -> Any:
     base = name.rstrip("_").removeprefix("_foreach_")
     v = _bind(func, args, kwargs)
     if name.startswith("_foreach_"):
-        res = [_one(base, v, i) for i in range(len(v["self"]))]
+        selfs = v["self"]
+        res = [_one(base, v, i, selfs[i] if inplace else None) for i in range(len(selfs))]
         if inplace:
-            for t, r in zip(v["self"], res, strict=True):
-                t.copy_(r)
+            for t, r in zip(selfs, res, strict=True):
+                if r is not t:
+                    t.copy_(r)
             return None
         return res
-    r = _one(base, v, None)
+    r = _one(base, v, None, v["self"] if inplace else None)
     if inplace:
-        return v["self"].copy_(r)
+        return r if r is v["self"] else v["self"].copy_(r)
     if v.get("out") is not None:
         return v["out"].copy_(r)
     return r
+
+
+def _fast(
+    base: str, v: dict[str, Any], get: Any, s: Any, into: torch.Tensor | None
+) -> torch.Tensor | None:
+    """The one-pass kernel's result for the common case (``elementwise.split``), or None."""
+    if base in ("add", "sub"):
+        return elementwise.split(base, s, get("other"), None, v.get("alpha", 1), into)  # type: ignore[no-any-return]
+    if base in ("addcmul", "addcdiv"):  # _foreach_ ScalarList: get gives element i's
+        value = get("scalars") if "scalars" in v else v.get("value", 1)
+        return elementwise.split(base, s, get("tensor1"), get("tensor2"), value, into)  # type: ignore[no-any-return]
+    if base == "lerp":
+        w = get("weight") if "weight" in v else get("weights")
+        end = get("end") if "end" in v else get("tensors1")
+        return elementwise.split(base, s, end, None, w, into)  # type: ignore[no-any-return]
+    return None
 
 
 def _as64(x: Any, like: torch.Tensor) -> torch.Tensor:
@@ -108,9 +137,15 @@ def _as64(x: Any, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(float(np.float32(value)), dtype=_F64, device=like.device)
 
 
-def _rounded64(base: str, a: torch.Tensor, b: Any) -> torch.Tensor:
+def _rounded64(
+    base: str, a: torch.Tensor, b: Any, into: torch.Tensor | None = None
+) -> torch.Tensor:
     """One correctly rounded operation; a bfloat16 result (autocast) is the float32 result
-    rounded once more, as torch's bfloat16 kernels compute in float32 (SPEC VI §1)."""
+    rounded once more, as torch's bfloat16 kernels compute in float32 (SPEC VI §1). The
+    result is written into ``into`` when the one-pass kernel takes it (``elementwise.py``)."""
+    fast = elementwise.rounded64(base, a, b, into)
+    if fast is not None:
+        return fast  # type: ignore[no-any-return]
     fn = torch.sqrt if base == "sqrt" else torch.reciprocal
     if base == "div":
         dt = torch.result_type(a, b)
@@ -132,18 +167,20 @@ def run_rounded64(func: Any, args: Any, kwargs: Any) -> Any:
     v = _bind(func, args, kwargs)
     other = next((v[k] for k in ("other", "scalar", "scalars") if k in v), None)
     if name.startswith("_foreach_"):
+        others = other if isinstance(other, list | tuple) else [other] * len(v["self"])
         res = [
-            _rounded64(base, t, other[i] if isinstance(other, list | tuple) else other)
-            for i, t in enumerate(v["self"])
+            _rounded64(base, t, o, t if inplace else None)
+            for t, o in zip(v["self"], others, strict=True)
         ]
         if inplace:
             for t, r in zip(v["self"], res, strict=True):
-                t.copy_(r)
+                if r is not t:
+                    t.copy_(r)
             return None
         return res
-    r = _rounded64(base, v["self"], other)
+    r = _rounded64(base, v["self"], other, v["self"] if inplace else None)
     if inplace:
-        return v["self"].copy_(r)
+        return r if r is v["self"] else v["self"].copy_(r)
     if v.get("out") is not None:
         return v["out"].copy_(r)
     return r

@@ -1,0 +1,191 @@
+"""The one-pass elementwise kernels (``elementwise.py``) give the bits of ``split.py``'s torch
+chains, on the cases they take, and leave every other case to the chains."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from dk.pol.backends import elementwise, split
+from dk.pol.backends import examples as ex
+from dk.pol.backends.rounded import RoundedMode
+from dk.pol.checkpoint import checkpoint_root
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+aten = torch.ops.aten
+JOB = bytes(range(32))
+_SPECIAL = np.array(
+    [0.0, -0.0, 1e-45, -1e-45, 1e-40, -3e-39, 3.4e38, -3.4e38, np.inf, -np.inf, np.nan, 1.0],
+    dtype=np.float32,
+)
+
+
+def _rand(rng: np.random.Generator, n: int) -> torch.Tensor:
+    """float32 over most of the exponent range, with special values sprinkled in."""
+    x = (rng.standard_normal(n) * np.exp(rng.uniform(-40, 40, n))).astype(np.float32)
+    at = rng.integers(0, n, max(1, n // 50))
+    x[at] = rng.choice(_SPECIAL, at.size)
+    return torch.from_numpy(x)
+
+
+@contextmanager
+def _chains_only() -> Iterator[None]:
+    """``split.py`` with the one-pass kernels switched off: its torch chains."""
+    saved = elementwise.split, elementwise.rounded64
+    elementwise.split = elementwise.rounded64 = lambda *a: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        elementwise.split, elementwise.rounded64 = saved
+
+
+def _bits(t: torch.Tensor) -> np.ndarray:
+    return t.contiguous().numpy().view(np.int32).copy()
+
+
+SPLIT_CASES: list[tuple[Any, Callable[[np.random.Generator, int], tuple[Any, ...]], dict[str, Any]]]
+SPLIT_CASES = [
+    (aten.lerp.Scalar, lambda r, n: (_rand(r, n), _rand(r, n), 0.1), {}),
+    (aten.lerp_.Scalar, lambda r, n: (_rand(r, n), _rand(r, n), 0.9), {}),
+    (aten.addcmul.default, lambda r, n: (_rand(r, n), _rand(r, n), _rand(r, n)), {"value": 1e-3}),
+    (aten.addcmul_.default, lambda r, n: (_rand(r, n), _rand(r, n), _rand(r, n)), {"value": 3}),
+    (aten.addcdiv.default, lambda r, n: (_rand(r, n), _rand(r, n), _rand(r, n)), {"value": -0.37}),
+    (aten.addcdiv_.default, lambda r, n: (_rand(r, n), _rand(r, n), _rand(r, n)), {}),
+    (aten.add.Tensor, lambda r, n: (_rand(r, n), _rand(r, n)), {"alpha": -0.3}),
+    (aten.add_.Tensor, lambda r, n: (_rand(r, n), _rand(r, n)), {"alpha": 1e-4}),
+    (aten.sub.Tensor, lambda r, n: (_rand(r, n), _rand(r, n)), {"alpha": 1.7}),
+    (aten.sub_.Tensor, lambda r, n: (_rand(r, n), _rand(r, n)), {"alpha": 2}),
+]
+ROUNDED_CASES: list[tuple[Any, Callable[[np.random.Generator, int], tuple[Any, ...]]]] = [
+    (aten.div.Tensor, lambda r, n: (_rand(r, n), _rand(r, n))),
+    (aten.div.Tensor, lambda r, n: (_rand(r, n), 0.123)),
+    (aten.div.Tensor, lambda r, n: (_rand(r, n), 7)),
+    (aten.div_.Tensor, lambda r, n: (_rand(r, n), 1e-30)),
+    (aten.sqrt.default, lambda r, n: (_rand(r, n),)),  # negatives: torch's positive NaN
+    (aten.sqrt_.default, lambda r, n: (_rand(r, n).abs(),)),
+    (aten.reciprocal.default, lambda r, n: (_rand(r, n),)),
+]
+
+
+def _compare(run: Any, func: Any, make: Any, kwargs: dict[str, Any], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for n in (1, 7, 33, 1000, 4099):
+        args = make(rng, n)
+        copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+        before = sum(elementwise.calls.values())
+        fast = run(func, args, kwargs)
+        assert sum(elementwise.calls.values()) == before + 1, "the one-pass kernel did not run"
+        with _chains_only():
+            slow = run(func, copies, kwargs)
+        if func.overloadpacket.__name__.endswith("_"):  # in place: the caller's own tensor
+            assert fast is args[0] and slow is copies[0]
+        np.testing.assert_array_equal(_bits(fast), _bits(slow))
+
+
+@pytest.mark.parametrize("case", range(len(SPLIT_CASES)))
+def test_split_kernels_give_the_chains_bits(case: int) -> None:
+    func, make, kwargs = SPLIT_CASES[case]
+    _compare(split.run_split, func, make, kwargs, seed=100 + case)
+
+
+@pytest.mark.parametrize("case", range(len(ROUNDED_CASES)))
+def test_rounded_kernels_give_the_chains_bits(case: int) -> None:
+    func, make = ROUNDED_CASES[case]
+    _compare(split.run_rounded64, func, make, {}, seed=200 + case)
+
+
+def test_foreach_forms_take_each_element() -> None:
+    rng = np.random.default_rng(7)
+    selfs = [_rand(rng, n) for n in (5, 300)]
+    ends = [_rand(rng, n) for n in (5, 300)]
+    keep = [t.clone() for t in selfs]
+    before = elementwise.calls["lerp"]
+    assert split.run_split(aten._foreach_lerp_.Scalar, (selfs, ends, 0.25), {}) is None
+    assert elementwise.calls["lerp"] == before + 2
+    with _chains_only():
+        split.run_split(aten._foreach_lerp_.Scalar, (keep, ends, 0.25), {})
+    for a, b in zip(selfs, keep, strict=True):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    # _foreach_addcdiv.ScalarList: one value per element
+    t1, t2 = [_rand(rng, 300) for _ in range(2)], [_rand(rng, 300) for _ in range(2)]
+    base = [_rand(rng, 300) for _ in range(2)]
+    before = elementwise.calls["addcdiv"]
+    got = split.run_split(aten._foreach_addcdiv.ScalarList, (base, t1, t2, [0.5, -3.0]), {})
+    assert elementwise.calls["addcdiv"] == before + 2
+    with _chains_only():
+        want = split.run_split(aten._foreach_addcdiv.ScalarList, (base, t1, t2, [0.5, -3.0]), {})
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    before = elementwise.calls["sqrt"]
+    roots = split.run_rounded64(aten._foreach_sqrt.default, ([t.abs() for t in ends],), {})
+    assert elementwise.calls["sqrt"] == before + 2
+    for r, t in zip(roots, ends, strict=True):
+        np.testing.assert_array_equal(_bits(r), _bits(t.abs().double().sqrt().float()))
+
+
+def _not_taken() -> list[tuple[str, Any, tuple[Any, ...], dict[str, Any]]]:
+    rng = np.random.default_rng(11)
+    a, b = _rand(rng, 64), _rand(rng, 64)
+    square = _rand(rng, 64).reshape(8, 8)
+    overlap = torch.zeros(65)
+    overlap[:] = _rand(rng, 65)
+    return [
+        ("strided", aten.add.Tensor, (square.t(), square), {"alpha": 0.5}),
+        ("broadcast", aten.addcmul.default, (a, b, torch.ones(1)), {"value": 0.5}),
+        ("float64", aten.lerp.Scalar, (a.double(), b.double(), 0.3), {}),
+        ("tensor weight", aten.lerp.Scalar, (a, b, torch.tensor(0.3)), {}),
+        ("bool alpha", aten.add.Tensor, (a, b), {"alpha": True}),
+        ("scalar other", aten.add.Tensor, (a, 2.0), {"alpha": 0.5}),
+        ("overlap", aten.add_.Tensor, (overlap[1:], overlap[:-1]), {"alpha": 0.5}),
+        ("tensor divisor 0-d", aten.div.Tensor, (a, torch.tensor(3.0)), {}),
+        ("bfloat16", aten.sqrt.default, (a.abs().bfloat16(),), {}),
+    ]
+
+
+@pytest.mark.parametrize("case", range(9))
+def test_other_cases_run_the_chains(case: int) -> None:
+    """Strided, broadcast, other dtypes, tensor or bool scalars and an in-place operand that
+    overlaps its target elsewhere go to the torch chains, with their results."""
+    label, func, args, kwargs = _not_taken()[case]
+    rounded = func.overloadpacket.__name__ in ("div", "sqrt")
+    run = split.run_rounded64 if rounded else split.run_split
+    copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
+    if label == "overlap":  # the same overlap on a fresh buffer
+        buf = args[0]._base.clone()  # type: ignore[union-attr]
+        copies = (buf[1:], buf[:-1])
+    before = elementwise.calls.copy()
+    got = run(func, args, kwargs)
+    assert elementwise.calls == before, label
+    with _chains_only():
+        want = run(func, copies, kwargs)
+    assert torch.equal(got.float(), want.float()) or label == "float64", label
+    if label == "overlap":
+        # the chain computes the whole product first: each element from the old neighbour
+        assert torch.equal(got, want)
+
+
+def _trained(kind: str, fast: bool) -> tuple[bytes, bytes]:
+    b = ex.build(kind, seed=4, width=32 if kind == "lm" else 8, batch=4)
+    ex.train(b, range(1))
+    mode = RoundedMode.record(job_id=JOB, interval=1)
+    before = sum(elementwise.calls.values())
+    if fast:
+        ex.train(b, range(1, 3), lambda: mode)
+    else:
+        with _chains_only():
+            ex.train(b, range(1, 3), lambda: mode)
+    assert (sum(elementwise.calls.values()) > before) == fast
+    return checkpoint_root(ex.state_tensors(b["model"], b["opt"])), mode.finish().encode()
+
+
+@pytest.mark.parametrize("kind", ["lm", "resnet"])
+def test_training_with_the_kernels_gives_the_chains_state_and_log(kind: str) -> None:
+    """AdamW (lm) and SGD with momentum (resnet) under the rounded mode: the same checkpoint
+    and the same log with the one-pass kernels as with the chains."""
+    assert _trained(kind, True) == _trained(kind, False)
