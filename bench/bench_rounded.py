@@ -1,14 +1,16 @@
-"""Rounding-log backend (SPEC VI) against plain float32 torch, at three sizes of two models.
+"""Rounding-log backend (SPEC VI) against plain float32 torch, at several sizes of two models.
 
 Per model and size, one interval of ``STEPS`` steps: training time rounded / plain (target
 <= 2.5x on CPU), replay time / recorded training time (target <= 1.1x), and log bytes per
 interval / checkpoint bytes (target <= 1 %). "Before" columns run the same interval under the
 version-2 rule (every element's threshold the job's ``t``, no error bounds; SPEC VI §2), so the
 bounded sites' cost (one operation on absolute values per bounded call) and gain show. The last
-three columns are the CPU training ratio of the same interval with ATen's float64 kernels instead
+four columns are the CPU training ratio of the same interval with ATen's float64 kernels instead
 of ``kernels64``'s ("ATen"), with convolutions summed in one block as in log version 3
-("unblk") and with every ``S`` from the operation on absolute values, no norm bounds
-("wholeS"): what the fast kernels, blocking and the norm bounds cost or save. A second table
+("unblk"), with every ``S`` from the operation on absolute values, no norm bounds
+("wholeS"), and with the split elementwise operations as torch chains instead of
+``elementwise.py``'s one-pass kernels ("chains"): what the fast kernels, blocking, the norm
+bounds and the one-pass kernels cost or save. A second table
 runs the same intervals under bfloat16 autocast (``train.precision = "bf16"``), against plain
 autocast. Every figure is measured in this run, on torch's thread count ``DK_BENCH_THREADS``
 (default 1: on a shared machine a second thread measures the neighbours more than torch); the
@@ -24,7 +26,7 @@ from collections.abc import Iterator
 from typing import Any
 
 STEPS = 4
-SIZES = {"lm": [(64, 8), (128, 8), (256, 8)], "resnet": [(8, 16), (16, 32), (32, 32)]}
+SIZES = {"lm": [(64, 8), (128, 8), (256, 8), (512, 8)], "resnet": [(8, 16), (16, 32), (32, 32)]}
 TARGETS = {"train": 2.5, "replay": 1.1, "log": 0.01}
 TAUS = (10, 11, 12, 14, 16)  # k of tau = 2^-k: entries per k (from the default k = 10 log)
 
@@ -57,6 +59,8 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
         unblocked = _variant(kind, cfg)[0]
     with _whole_s():
         whole_s = _variant(kind, cfg)[0]
+    with _chains():
+        chains = _variant(kind, cfg)[0]
     b2 = ex.build(kind, **cfg)
     ex.train(b2, range(1), lambda: RoundedMode.record(job_id=bytes(32), interval=0))
     rep = RoundedMode.replay(log)
@@ -73,6 +77,7 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
             "aten_s": aten[0], "aten_cpu": aten[1],
             "unblocked_s": unblocked[0], "unblocked_cpu": unblocked[1],
             "whole_s_s": whole_s[0], "whole_s_cpu": whole_s[1],
+            "chains_s": chains[0], "chains_cpu": chains[1],
             "entries_at_k": per_k}  # fmt: skip
 
 
@@ -148,6 +153,20 @@ def _whole_s() -> Iterator[None]:
         yield
     finally:
         normbounds.norm_bound = saved
+
+
+@contextlib.contextmanager
+def _chains() -> Iterator[None]:
+    """Split and rounded-once elementwise operations as torch chains, not ``elementwise.py``'s
+    one-pass kernels (the same bits, SPEC VI §1)."""
+    from dk.pol.backends import elementwise
+
+    saved = elementwise.split, elementwise.rounded64
+    elementwise.split = elementwise.rounded64 = lambda *a: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        elementwise.split, elementwise.rounded64 = saved
 
 
 @contextlib.contextmanager
@@ -297,7 +316,7 @@ def main() -> None:
           f"{'replay x':>8} {'log B':>8} {'ckpt B':>9} {'log/ckpt':>9} {'CPU train x':>11} "
           f"{'CPU replay x':>12} | before: {'log/ckpt':>8} {'train x':>8} "
           f"{'CPU train x':>11} | CPU train x: {'ATen':>5} {'unblk':>5} "
-          f"{'wholeS':>6}")  # fmt: skip
+          f"{'wholeS':>6} {'chains':>6}")  # fmt: skip
     for kind, sizes in SIZES.items():
         for width, batch in sizes:
             m = measure(kind, width, batch)
@@ -313,7 +332,8 @@ def main() -> None:
                   f"{ctr:10.2f}x {crp:11.2f}x | before: {100 * blg:7.2f}% {btr:7.2f}x "
                   f"{bctr:10.2f}x | {' ' * 13}{m['aten_cpu'] / m['plain_cpu']:4.2f}x "
                   f"{m['unblocked_cpu'] / m['plain_cpu']:4.2f}x "
-                  f"{m['whole_s_cpu'] / m['plain_cpu']:5.2f}x", flush=True)  # fmt: skip
+                  f"{m['whole_s_cpu'] / m['plain_cpu']:5.2f}x "
+                  f"{m['chains_cpu'] / m['plain_cpu']:5.2f}x", flush=True)  # fmt: skip
             ks = "  ".join(f"k={k}: {n}" for k, n in m["entries_at_k"].items())
             print(f"{'':8} entries {m['entries']} (before {m['fixed_entries']}); of these, "
                   f"by k: {ks}", flush=True)  # fmt: skip

@@ -189,3 +189,43 @@ def test_training_with_the_kernels_gives_the_chains_state_and_log(kind: str) -> 
     """AdamW (lm) and SGD with momentum (resnet) under the rounded mode: the same checkpoint
     and the same log with the one-pass kernels as with the chains."""
     assert _trained(kind, True) == _trained(kind, False)
+
+
+@pytest.mark.parametrize("opt", ["adamw", "sgd"])
+def test_foreach_optimizers_record_and_replay(opt: str) -> None:
+    """``foreach=True`` optimizers (torch's default on CUDA): ``_foreach_lerp_``,
+    ``_foreach_addcmul_``, ``_foreach_addcdiv_``, ``_foreach_add_`` with ``alpha`` run under the
+    mode, and a replay from the log reaches the recorded state; the same steps with
+    ``foreach=False`` give the same bits."""
+
+    def run(foreach: bool, log: Any = None) -> tuple[list[torch.Tensor], Any]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(
+            torch.nn.Linear(12, 16), torch.nn.GELU(), torch.nn.Linear(16, 3)
+        )
+        if opt == "adamw":
+            o: torch.optim.Optimizer = torch.optim.AdamW(
+                model.parameters(), lr=1e-2, weight_decay=0.1, foreach=foreach
+            )
+        else:
+            o = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, foreach=foreach)
+        g = torch.Generator().manual_seed(1)
+        x, y = torch.randn(20, 12, generator=g), torch.randint(0, 3, (20,), generator=g)
+        mode = (
+            RoundedMode.record(job_id=JOB, interval=0) if log is None else RoundedMode.replay(log)
+        )
+        with mode:
+            for _ in range(3):
+                o.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                o.step()
+        return [p.detach().clone() for p in model.parameters()], mode.finish()
+
+    before = elementwise.calls.copy()
+    state, log = run(True)
+    assert sum((elementwise.calls - before).values()) > 0
+    replayed, _ = run(True, log)
+    plain_loop, _ = run(False)
+    for a, b, c in zip(state, replayed, plain_loop, strict=True):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+        np.testing.assert_array_equal(_bits(a), _bits(c))

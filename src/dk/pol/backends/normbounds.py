@@ -127,7 +127,11 @@ class _ProductBound(_NormBound):
             rows *= self._alpha * self._inflate()
             ub = rows[..., :, None] * cols[..., None, :]
         if self._c is not None and self._beta != 0.0:
-            ub = ub + self._beta * (1.0 + _INFLATE) * _abs64(self._c)
+            c = self._beta * (1.0 + _INFLATE) * _abs64(self._c)
+            if ub.shape == np.broadcast_shapes(ub.shape, c.shape):
+                ub += c  # in place: one array of the output's size, not two
+            else:
+                ub = ub + c
         return ub
 
     def _exact(self, idx: np.ndarray) -> np.ndarray:
