@@ -59,7 +59,9 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
         unblocked = _variant(kind, cfg)[0]
     with _whole_s():
         whole_s = _variant(kind, cfg)[0]
-    with _chains():
+    from dk.pol.backends import elementwise
+
+    with elementwise.off():  # split operations as torch chains
         chains = _variant(kind, cfg)[0]
     b2 = ex.build(kind, **cfg)
     ex.train(b2, range(1), lambda: RoundedMode.record(job_id=bytes(32), interval=0))
@@ -153,20 +155,6 @@ def _whole_s() -> Iterator[None]:
         yield
     finally:
         normbounds.norm_bound = saved
-
-
-@contextlib.contextmanager
-def _chains() -> Iterator[None]:
-    """Split and rounded-once elementwise operations as torch chains, not ``elementwise.py``'s
-    one-pass kernels (the same bits, SPEC VI §1)."""
-    from dk.pol.backends import elementwise
-
-    saved = elementwise.split, elementwise.rounded64
-    elementwise.split = elementwise.rounded64 = lambda *a: None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        elementwise.split, elementwise.rounded64 = saved
 
 
 @contextlib.contextmanager

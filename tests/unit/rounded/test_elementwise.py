@@ -3,8 +3,7 @@ chains, on the cases they take, and leave every other case to the chains."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -32,17 +31,6 @@ def _rand(rng: np.random.Generator, n: int) -> torch.Tensor:
     at = rng.integers(0, n, max(1, n // 50))
     x[at] = rng.choice(_SPECIAL, at.size)
     return torch.from_numpy(x)
-
-
-@contextmanager
-def _chains_only() -> Iterator[None]:
-    """``split.py`` with the one-pass kernels switched off: its torch chains."""
-    saved = elementwise.split, elementwise.rounded64
-    elementwise.split = elementwise.rounded64 = lambda *a: None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        elementwise.split, elementwise.rounded64 = saved
 
 
 def _bits(t: torch.Tensor) -> np.ndarray:
@@ -81,7 +69,7 @@ def _compare(run: Any, func: Any, make: Any, kwargs: dict[str, Any], seed: int) 
         before = sum(elementwise.calls.values())
         fast = run(func, args, kwargs)
         assert sum(elementwise.calls.values()) == before + 1, "the one-pass kernel did not run"
-        with _chains_only():
+        with elementwise.off():
             slow = run(func, copies, kwargs)
         if func.overloadpacket.__name__.endswith("_"):  # in place: the caller's own tensor
             assert fast is args[0] and slow is copies[0]
@@ -108,7 +96,7 @@ def test_foreach_forms_take_each_element() -> None:
     before = elementwise.calls["lerp"]
     assert split.run_split(aten._foreach_lerp_.Scalar, (selfs, ends, 0.25), {}) is None
     assert elementwise.calls["lerp"] == before + 2
-    with _chains_only():
+    with elementwise.off():
         split.run_split(aten._foreach_lerp_.Scalar, (keep, ends, 0.25), {})
     for a, b in zip(selfs, keep, strict=True):
         np.testing.assert_array_equal(_bits(a), _bits(b))
@@ -118,7 +106,7 @@ def test_foreach_forms_take_each_element() -> None:
     before = elementwise.calls["addcdiv"]
     got = split.run_split(aten._foreach_addcdiv.ScalarList, (base, t1, t2, [0.5, -3.0]), {})
     assert elementwise.calls["addcdiv"] == before + 2
-    with _chains_only():
+    with elementwise.off():
         want = split.run_split(aten._foreach_addcdiv.ScalarList, (base, t1, t2, [0.5, -3.0]), {})
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(_bits(a), _bits(b))
@@ -162,7 +150,7 @@ def test_other_cases_run_the_chains(case: int) -> None:
     before = elementwise.calls.copy()
     got = run(func, args, kwargs)
     assert elementwise.calls == before, label
-    with _chains_only():
+    with elementwise.off():
         want = run(func, copies, kwargs)
     assert torch.equal(got.float(), want.float()) or label == "float64", label
     if label == "overlap":
@@ -178,7 +166,7 @@ def _trained(kind: str, fast: bool) -> tuple[bytes, bytes]:
     if fast:
         ex.train(b, range(1, 3), lambda: mode)
     else:
-        with _chains_only():
+        with elementwise.off():
             ex.train(b, range(1, 3), lambda: mode)
     assert (sum(elementwise.calls.values()) > before) == fast
     return checkpoint_root(ex.state_tensors(b["model"], b["opt"])), mode.finish().encode()

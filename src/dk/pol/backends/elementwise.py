@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numba
@@ -35,6 +37,7 @@ _F32 = torch.float32
 
 # Number of operations each kernel answered (tests prove the fast path ran).
 calls: Counter[str] = Counter()
+_on = True  # False inside off()
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -150,7 +153,7 @@ def split(base: str, s: Any, a: Any, b: Any, scalar: Any, into: torch.Tensor | N
     ``scalar`` = weight). ``into``: the in-place target (None: a new tensor).
     """
     w = _f32(scalar)
-    if w is None or not isinstance(s, torch.Tensor):
+    if not _on or w is None or not isinstance(s, torch.Tensor):
         return None
     tensors = [s, a] if base in ("add", "sub", "lerp") else [s, a, b]
     if base not in ("add", "sub", "lerp", "addcmul", "addcdiv"):
@@ -177,7 +180,7 @@ def split(base: str, s: Any, a: Any, b: Any, scalar: Any, into: torch.Tensor | N
 def rounded64(base: str, a: Any, b: Any, into: torch.Tensor | None) -> Any:
     """``div`` (by a tensor of ``a``'s shape or a number), ``sqrt`` or ``reciprocal`` of a
     float32 tensor, computed in float64 and rounded once, in one pass; or None (not taken)."""
-    if not isinstance(a, torch.Tensor):
+    if not _on or not isinstance(a, torch.Tensor):
         return None
     if base == "div" and not isinstance(b, torch.Tensor):
         c = _f32(b)
@@ -202,3 +205,15 @@ def rounded64(base: str, a: Any, b: Any, into: torch.Tensor | None) -> Any:
             _reciprocal(_flat(a), _flat(out))
     calls[base] += 1
     return out
+
+
+@contextmanager
+def off() -> Iterator[None]:
+    """Within the block, :func:`split` and :func:`rounded64` take nothing: ``split.py`` runs
+    its torch chains (the same bits; for comparisons and benchmarks). Process-wide."""
+    global _on
+    saved, _on = _on, False
+    try:
+        yield
+    finally:
+        _on = saved
