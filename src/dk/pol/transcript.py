@@ -21,11 +21,11 @@ Which keys an ``ext`` object may hold, and their values, is fixed by :data:`RUN_
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, cast
 
-from dk.crypto.canonical_json import canonical_json, parse_json
+from dk.crypto.canonical_json import canonical_json, encode_parsed, parse_json
 from dk.crypto.hashing import (
     TAG_SIGNATURE,
     TAG_TRANSCRIPT_EXT,
@@ -115,10 +115,13 @@ class Manifest:
     """A parsed, structurally valid manifest (values still unverified).
 
     ``raw`` is the JSON object (what the bytes and the transcript root are computed from);
-    ``checkpoint_entries`` and ``interval_entries`` are its typed views.
+    ``checkpoint_entries`` and ``interval_entries`` are its typed views. ``ext_digests``: the
+    digests (SPEC §11.5) of the ``ext`` objects :func:`parse_manifest` checked, by interval
+    index (``-1``: the run's), for :func:`transcript_root` (each is hashed once).
     """
 
     raw: dict[str, Any]
+    ext_digests: Mapping[int, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     @cached_property
     def checkpoint_entries(self) -> tuple[ManifestCheckpoint, ...]:
@@ -196,6 +199,20 @@ def header_leaf(
     ext: Mapping[str, Any] | None = None,
 ) -> bytes:
     """The transcript's header leaf (SPEC §11.1); ``ext`` is the run's ``ext`` object."""
+    args = (job_id, worker_key, data_root, interval, steps, n_checkpoints)
+    return _header_leaf(*args, ext_digest(ext))
+
+
+def _header_leaf(
+    job_id: bytes,
+    worker_key: bytes,
+    data_root: bytes,
+    interval: int,
+    steps: int,
+    n_checkpoints: int,
+    ext: bytes,
+) -> bytes:
+    """:func:`header_leaf` with the ``ext`` object's digest."""
     return tagged_hash(
         TAG_TRANSCRIPT_HEADER,
         job_id,
@@ -204,7 +221,7 @@ def header_leaf(
         u64(interval),
         u64(steps),
         u64(n_checkpoints),
-        ext_digest(ext),
+        ext,
     )
 
 
@@ -220,49 +237,60 @@ def checkpoint_leaf(
 
     ``ext`` is the ``ext`` object of the interval ending at this checkpoint (none for 0).
     """
+    return _checkpoint_leaf(index, step, root, batch_commitment, norm, ext_digest(ext))
+
+
+def _checkpoint_leaf(
+    index: int, step: int, root: bytes, batch_commitment: bytes, norm: float, ext: bytes
+) -> bytes:
+    """:func:`checkpoint_leaf` with the ``ext`` object's digest."""
     return tagged_hash(
-        TAG_TRANSCRIPT_LEAF,
-        u64(index),
-        u64(step),
-        root,
-        batch_commitment,
-        f64(norm),
-        ext_digest(ext),
+        TAG_TRANSCRIPT_LEAF, u64(index), u64(step), root, batch_commitment, f64(norm), ext
     )
 
 
-def transcript_leaves(m: dict[str, Any]) -> list[bytes]:
-    """All leaves (header first) of a manifest dict."""
+def transcript_leaves(
+    m: dict[str, Any], ext_digests: Mapping[int, bytes] | None = None
+) -> list[bytes]:
+    """All leaves (header first) of a manifest dict. ``ext_digests``: the ``ext`` objects'
+    digests by interval index (``-1``: the run's) where already known (``Manifest``)."""
+    known = ext_digests or {}
+
+    def digest(i: int, ext: Mapping[str, Any] | None) -> bytes:
+        d = known.get(i)
+        return d if d is not None else ext_digest(ext)
+
     leaves = [
-        header_leaf(
+        _header_leaf(
             bytes.fromhex(m["job_id"]),
             bytes.fromhex(m["worker_key"]),
             bytes.fromhex(m["data_root"]),
             m["interval"],
             m["steps"],
             len(m["checkpoints"]),
-            m.get("ext"),
+            digest(-1, m.get("ext")),
         )
     ]
     for ck in m["checkpoints"]:
         j = ck["index"]
         iv = m["intervals"][j - 1] if j > 0 else None
         leaves.append(
-            checkpoint_leaf(
+            _checkpoint_leaf(
                 j,
                 ck["step"],
                 bytes.fromhex(ck["root"]),
                 bytes.fromhex(iv["batch_commitment"]) if iv else ZERO32,
                 float(iv["update_norm"]) if iv else 0.0,
-                iv.get("ext") if iv else None,
+                digest(j - 1, iv.get("ext")) if iv else ZERO32,
             )
         )
     return leaves
 
 
-def transcript_root(m: dict[str, Any]) -> bytes:
-    """The transcript root of a manifest dict (SPEC §11.1)."""
-    return merkle_root([leaf_hash(x) for x in transcript_leaves(m)])
+def transcript_root(m: dict[str, Any], ext_digests: Mapping[int, bytes] | None = None) -> bytes:
+    """The transcript root of a manifest dict (SPEC §11.1); ``ext_digests`` as for
+    :func:`transcript_leaves`."""
+    return merkle_root([leaf_hash(x) for x in transcript_leaves(m, ext_digests)])
 
 
 def signing_digest(job_id: bytes, root: bytes, worker_key: bytes) -> bytes:
@@ -283,20 +311,23 @@ def _hex(v: Any, what: str) -> None:
         raise _bad(str(e)) from None
 
 
-def _check_ext(ext: Any, allowed: Mapping[str, ExtensionCheck], where: str) -> None:
-    """SPEC §11.5: a non-empty object of known keys, each value valid, bounded in size."""
+def _check_ext(ext: Any, allowed: Mapping[str, ExtensionCheck], where: str) -> bytes:
+    """SPEC §11.5: a non-empty object of known keys, each value valid, bounded in size; its
+    digest (:func:`ext_digest`). ``ext`` comes from :func:`parse_json` (values checked)."""
     if not isinstance(ext, dict) or not ext:
         raise _bad(f"{where} ext must be a non-empty object")
     unknown = sorted(set(ext) - set(allowed))
     if unknown:
         raise _bad(f"{where} ext has unknown key(s) {unknown}")
-    if len(canonical_json(ext)) > MAX_EXT_BYTES:
+    encoded = encode_parsed(ext)  # = canonical_json(ext): the parse checked the values
+    if len(encoded) > MAX_EXT_BYTES:
         raise _bad(f"{where} ext is over {MAX_EXT_BYTES} bytes")
     for key in sorted(ext):
         try:
             allowed[key](ext[key], f"{where} ext.{key}")
         except ValueError as e:
             raise _bad(str(e)) from None
+    return tagged_hash(TAG_TRANSCRIPT_EXT, encoded)
 
 
 def parse_manifest(data: bytes) -> Manifest:
@@ -332,6 +363,7 @@ def parse_manifest(data: bytes) -> Manifest:
     if m["chunk_size"] != 65536:
         raise _bad("chunk_size must be 65536")
     cks, ivs = m["checkpoints"], m["intervals"]
+    digests: dict[int, bytes] = {}  # SPEC §11.5: each ext object's digest, hashed once
     if not isinstance(cks, list) or not isinstance(ivs, list):
         raise _bad("checkpoints and intervals must be lists")
     if not 2 <= len(cks) <= MAX_CHECKPOINTS or len(ivs) != len(cks) - 1:
@@ -351,7 +383,7 @@ def parse_manifest(data: bytes) -> Manifest:
             opt = sorted(_OPTIONAL_IV)
             raise _bad(f"interval {i} must have keys {sorted(_IV_KEYS)} (+ optional {opt})")
         if "ext" in iv:
-            _check_ext(iv["ext"], INTERVAL_EXTENSIONS, f"interval {i}")
+            digests[i] = _check_ext(iv["ext"], INTERVAL_EXTENSIONS, f"interval {i}")
         if _int(iv["index"], "interval index") != i:
             raise _bad(f"interval {i} has index {iv['index']}")
         _int(iv["start_step"], "start_step")
@@ -365,11 +397,11 @@ def parse_manifest(data: bytes) -> Manifest:
     if "proofs" in m and not isinstance(m["proofs"], list):
         raise _bad("proofs must be a list")
     if "ext" in m:
-        _check_ext(m["ext"], RUN_EXTENSIONS, "run")
+        digests[-1] = _check_ext(m["ext"], RUN_EXTENSIONS, "run")
     if "rank_signatures" in m and (msg := check_rank_signatures(m["rank_signatures"])):
         raise _bad(msg)
     del k_, steps
-    return Manifest(m)
+    return Manifest(m, digests)
 
 
 # SPEC VI §4: the rounding backend's extensions (its validators need no torch).

@@ -155,7 +155,8 @@ def check_manifest(ctx: Context) -> None:
 
 def check_transcript_root(ctx: Context) -> None:
     """§11.1: the transcript root is recomputed from the manifest's entries."""
-    if not digests_equal(transcript_root(ctx.man.raw), ctx.man.transcript_root):
+    computed = transcript_root(ctx.man.raw, ctx.man.ext_digests)
+    if not digests_equal(computed, ctx.man.transcript_root):
         ctx.fail(
             "transcript_root",
             Reason.TRANSCRIPT_ROOT_MISMATCH,

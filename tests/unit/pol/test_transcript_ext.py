@@ -112,3 +112,21 @@ def test_oversized_ext_is_malformed(monkeypatch: pytest.MonkeyPatch) -> None:
     m["intervals"][0]["ext"] = {"blob": "a" * tr.MAX_EXT_BYTES}
     with pytest.raises(FormatError, match="over"):
         tr.parse_manifest(canonical_json(m))
+
+
+def test_parsed_ext_digests_give_the_same_root(registered: None) -> None:
+    """``parse_manifest`` hashes each ``ext`` once (``Manifest.ext_digests``, the run's at
+    ``-1``); the root from those digests is the root from the objects, and the digests are
+    what the root is computed from (a wrong one changes it)."""
+    m = _manifest()
+    m["ext"] = {"tag": "run"}
+    m["intervals"][1]["ext"] = {"tag": "b"}
+    man = tr.parse_manifest(canonical_json(m))
+    assert set(man.ext_digests) == {-1, 1}
+    assert man.ext_digests[-1] == tr.ext_digest({"tag": "run"})
+    assert man.ext_digests[1] == tr.ext_digest({"tag": "b"})
+    root = tr.transcript_root(man.raw)
+    assert tr.transcript_root(man.raw, man.ext_digests) == root
+    for key in (-1, 1):
+        wrong = {**man.ext_digests, key: bytes(32)}
+        assert tr.transcript_root(man.raw, wrong) != root
