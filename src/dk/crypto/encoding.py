@@ -197,19 +197,23 @@ class _StreamPlan:
         views: list[memoryview | None] = [None] * len(arrays)
         out = []
         for chunk in self.chunks:
-            h = _LEAF_HASHER.copy()
+            parts: list[bytes | memoryview] = []
             for idx, const, begin, end in chunk:
                 if idx < 0:
-                    h.update(const)
+                    parts.append(const)
                     continue
                 arr = arrays[idx]
                 if begin == 0 and end == arr.nbytes:
-                    h.update(arr.data)  # C-contiguous little-endian (checked by _plan_for)
+                    parts.append(arr.data)  # C-contiguous little-endian (checked by _plan_for)
                     continue
                 view = views[idx]
                 if view is None:
                     view = views[idx] = arr.reshape(-1).view(np.uint8).data
-                h.update(view[begin:end])
+                parts.append(view[begin:end])
+            h = _LEAF_HASHER.copy()
+            # a chunk of many small pieces (headers, small tensors) is hashed in one call (one
+            # copy of at most a chunk): fewer calls, and the GIL released once, not per piece
+            h.update(parts[0] if len(parts) == 1 else b"".join(parts))
             out.append(h.digest())
         return out
 
@@ -227,9 +231,10 @@ def _plan_for(tensors: Mapping[str, np.ndarray]) -> _StreamPlan | None:
         if type(v) is not np.ndarray or not v.flags.c_contiguous:
             return None
         dt = v.dtype
-        if dt.byteorder == ">" or (dt.byteorder == "=" and not _NATIVE_LE):
+        order = dt.byteorder
+        if order == ">" or (order == "=" and not _NATIVE_LE):
             return None
-        key.append((name, dt.str, v.shape))
+        key.append((name, dt, v.shape))  # equal dtypes encode alike (their str is slower)
     k = tuple(key)
     plan = _PLANS.get(k)
     if plan is None:

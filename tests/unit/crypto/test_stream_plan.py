@@ -73,3 +73,20 @@ def test_bad_tensors_raise_as_the_reference_does() -> None:
     for bad in ({"x": np.zeros(3, dtype=np.float16)}, {"x": np.zeros((1,) * 9)}, {"": np.zeros(1)}):
         with pytest.raises(FormatError):
             enc.tensors_root(bad)
+
+
+def test_a_schema_is_its_names_shapes_and_dtypes() -> None:
+    """Sets with the same names and shapes but another dtype (or shape) do not share a plan:
+    each gives its own reference root."""
+    base = {"a": np.arange(6, dtype="<f4").reshape(2, 3), "b": np.zeros(4, dtype="<i8")}
+    variants = [
+        base,
+        {**base, "a": base["a"].astype("<i4")},  # same size, another dtype
+        {**base, "b": base["b"].astype("<f8")},
+        {**base, "a": base["a"].reshape(3, 2)},  # same dtype, another shape
+    ]
+    roots = []
+    for t in variants * 2:  # the second round from cached plans
+        assert enc.tensors_root(t) == _reference(t)
+        roots.append(enc.tensors_root(t))
+    assert len(set(roots)) == len(variants)

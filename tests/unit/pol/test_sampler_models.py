@@ -155,3 +155,18 @@ def test_build_model_holds_the_initial_weights() -> None:
     m = build_model(job)
     for name, value in init_params(job.model, 4).items():
         np.testing.assert_array_equal(m.get_parameter(name).detach().numpy(), value)
+
+
+def test_interval_indices_are_the_steps_batches_in_order() -> None:
+    """Within an epoch the indices are one slice of its permutation; across epochs the batches
+    are joined: both are the steps' own batches, in order (SPEC §8.2)."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(2, 90))
+        b = int(rng.integers(1, n + 1))
+        s = Sampler(int(rng.integers(0, 1 << 62)), n, b)
+        start = int(rng.integers(0, 4 * s.steps_per_epoch))
+        end = start + int(rng.integers(1, 3 * s.steps_per_epoch + 2))
+        want = np.concatenate([s.batch(t) for t in range(start, end)]).astype("<i8")
+        got = s.interval_indices(start, end)
+        assert got.dtype == np.dtype("<i8") and np.array_equal(got, want), (n, b, start, end)
