@@ -18,6 +18,7 @@ import struct
 import sys
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -219,7 +220,7 @@ class _StreamPlan:
 
 
 _LEAF_HASHER = tagged_hasher(TAG_LEAF)  # SPEC §3.1, as merkle.leaf_hash
-_PLANS: dict[tuple[tuple[str, str, tuple[int, ...]], ...], _StreamPlan] = {}
+_PLANS: dict[tuple[tuple[str, np.dtype[Any], tuple[int, ...]], ...], _StreamPlan] = {}
 _MAX_PLANS = 64
 
 
