@@ -9,16 +9,20 @@ so on a large model they cost more than the step's plain fused kernels. Here eac
 one Numba loop over the elements that performs **the same operations in the same order**:
 float32 ``+ - *`` on float32 operands (Numba compiles without fast-math, so LLVM neither
 reassociates nor contracts a multiply and an add into a fused multiply-add) and float64
-``/``, ``sqrt`` of float32 operands rounded once to float32. IEEE-754 fixes every such result,
-so the bits equal the torch chain's, whatever the vector width (tests compare them on random
-inputs with special values).
+``/``, ``sqrt`` of float32 operands rounded once to float32. IEEE-754 fixes every such result
+that is a number, so those bits equal the torch chain's, whatever the vector width (tests
+compare them on random inputs with infinities, zeros of both signs and subnormals). A NaN
+result is a NaN on both paths, but its sign and payload are not fixed: IEEE-754 leaves them
+open when two NaNs meet, and LLVM may swap the operands of ``+`` and ``*``. No commitment
+depends on them: a NaN anywhere in a checkpoint rejects it (SPEC §12.2, ``TENSOR_INVALID``) and
+the Recorder stops at the first update that makes a weight NaN.
 
 Taken: CPU float32 tensors, C-contiguous, all of one shape, and Python ``int``/``float``
 scalars (``alpha``, ``value``, ``weight``, a divisor); an in-place result is written into the
-tensor itself unless another operand overlaps it in another place. Anything else (other dtypes
-and devices, broadcasting, tensor scalars, strided views, ``bool``) returns ``None`` and the
-caller runs the torch chain. The kernels are serial (the caller's thread): one pass over the
-data instead of three to six.
+tensor itself unless another operand's memory overlaps it in another place. Anything else
+(other dtypes and devices, broadcasting, tensor scalars, strided views, ``bool``) returns
+``None`` and the caller runs the torch chain. The kernels are serial (the caller's thread):
+one pass over the data instead of three to six.
 """
 
 from __future__ import annotations
@@ -108,7 +112,8 @@ def _f32(x: Any) -> np.float32 | None:
     if isinstance(x, bool) or not isinstance(x, int | float):
         return None
     try:
-        return np.float32(float(x))
+        with np.errstate(over="ignore"):  # beyond float32: inf, as torch rounds it
+            return np.float32(float(x))
     except OverflowError:  # an int beyond float64: the torch chain decides
         return None
 
@@ -130,7 +135,7 @@ def _flat(t: torch.Tensor) -> np.ndarray:
 
 def _target(tensors: list[Any], into: torch.Tensor | None) -> torch.Tensor | None:
     """The output: ``into`` (in place) if every operand is a float32 tensor of its shape that
-    either is ``into`` or does not share its storage; else a new tensor; None: not taken."""
+    either is ``into`` or shares none of its memory; else a new tensor; None: not taken."""
     like = tensors[0]
     if not all(_fits(t, like) for t in tensors):
         return None
@@ -138,9 +143,11 @@ def _target(tensors: list[Any], into: torch.Tensor | None) -> torch.Tensor | Non
         return torch.empty_like(like, memory_format=torch.contiguous_format)
     if not _fits(into, like):
         return None
-    ptr, store = into.data_ptr(), into.untyped_storage().data_ptr()
-    for t in tensors:
-        if t.data_ptr() != ptr and t.untyped_storage().data_ptr() == store:
+    lo = into.data_ptr()
+    hi = lo + into.nbytes  # contiguous: one address range (tensors of other storages too:
+    for t in tensors:  # torch.from_numpy or frombuffer views of one buffer)
+        p = t.data_ptr()
+        if p != lo and p < hi and lo < p + t.nbytes:
             return None  # overlapping in another place: the torch chain's temporaries
     return into
 

@@ -95,13 +95,11 @@ def run_split(func: Any, args: Any, kwargs: Any) -> Any:
     inplace = name.endswith("_")
     base = name.rstrip("_").removeprefix("_foreach_")
     v = _bind(func, args, kwargs)
-    if name.startswith("_foreach_"):
-        selfs = v["self"]
-        res = [_one(base, v, i, selfs[i] if inplace else None) for i in range(len(selfs))]
+    if name.startswith("_foreach_"):  # every result first, then written (lists may alias)
+        res = [_one(base, v, i) for i in range(len(v["self"]))]
         if inplace:
-            for t, r in zip(selfs, res, strict=True):
-                if r is not t:
-                    t.copy_(r)
+            for t, r in zip(v["self"], res, strict=True):
+                t.copy_(r)
             return None
         return res
     r = _one(base, v, None, v["self"] if inplace else None)
@@ -168,14 +166,11 @@ def run_rounded64(func: Any, args: Any, kwargs: Any) -> Any:
     other = next((v[k] for k in ("other", "scalar", "scalars") if k in v), None)
     if name.startswith("_foreach_"):
         others = other if isinstance(other, list | tuple) else [other] * len(v["self"])
-        res = [
-            _rounded64(base, t, o, t if inplace else None)
-            for t, o in zip(v["self"], others, strict=True)
-        ]
+        # every result first, then written (the lists may alias each other)
+        res = [_rounded64(base, t, o) for t, o in zip(v["self"], others, strict=True)]
         if inplace:
             for t, r in zip(v["self"], res, strict=True):
-                if r is not t:
-                    t.copy_(r)
+                t.copy_(r)
             return None
         return res
     r = _rounded64(base, v["self"], other, v["self"] if inplace else None)
