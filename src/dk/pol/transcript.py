@@ -197,22 +197,11 @@ def header_leaf(
     steps: int,
     n_checkpoints: int,
     ext: Mapping[str, Any] | None = None,
+    *,
+    digest: bytes | None = None,
 ) -> bytes:
-    """The transcript's header leaf (SPEC §11.1); ``ext`` is the run's ``ext`` object."""
-    args = (job_id, worker_key, data_root, interval, steps, n_checkpoints)
-    return _header_leaf(*args, ext_digest(ext))
-
-
-def _header_leaf(
-    job_id: bytes,
-    worker_key: bytes,
-    data_root: bytes,
-    interval: int,
-    steps: int,
-    n_checkpoints: int,
-    ext: bytes,
-) -> bytes:
-    """:func:`header_leaf` with the ``ext`` object's digest."""
+    """The transcript's header leaf (SPEC §11.1); ``ext`` is the run's ``ext`` object
+    (``digest``: its :func:`ext_digest`, where already known)."""
     return tagged_hash(
         TAG_TRANSCRIPT_HEADER,
         job_id,
@@ -221,7 +210,7 @@ def _header_leaf(
         u64(interval),
         u64(steps),
         u64(n_checkpoints),
-        ext,
+        ext_digest(ext) if digest is None else digest,
     )
 
 
@@ -232,20 +221,22 @@ def checkpoint_leaf(
     batch_commitment: bytes,
     norm: float,
     ext: Mapping[str, Any] | None = None,
+    *,
+    digest: bytes | None = None,
 ) -> bytes:
     """The transcript leaf of checkpoint ``index`` (SPEC §11.1).
 
-    ``ext`` is the ``ext`` object of the interval ending at this checkpoint (none for 0).
+    ``ext`` is the ``ext`` object of the interval ending at this checkpoint (none for 0);
+    ``digest``: its :func:`ext_digest`, where already known.
     """
-    return _checkpoint_leaf(index, step, root, batch_commitment, norm, ext_digest(ext))
-
-
-def _checkpoint_leaf(
-    index: int, step: int, root: bytes, batch_commitment: bytes, norm: float, ext: bytes
-) -> bytes:
-    """:func:`checkpoint_leaf` with the ``ext`` object's digest."""
     return tagged_hash(
-        TAG_TRANSCRIPT_LEAF, u64(index), u64(step), root, batch_commitment, f64(norm), ext
+        TAG_TRANSCRIPT_LEAF,
+        u64(index),
+        u64(step),
+        root,
+        batch_commitment,
+        f64(norm),
+        ext_digest(ext) if digest is None else digest,
     )
 
 
@@ -255,33 +246,30 @@ def transcript_leaves(
     """All leaves (header first) of a manifest dict. ``ext_digests``: the ``ext`` objects'
     digests by interval index (``-1``: the run's) where already known (``Manifest``)."""
     known = ext_digests or {}
-
-    def digest(i: int, ext: Mapping[str, Any] | None) -> bytes:
-        d = known.get(i)
-        return d if d is not None else ext_digest(ext)
-
     leaves = [
-        _header_leaf(
+        header_leaf(
             bytes.fromhex(m["job_id"]),
             bytes.fromhex(m["worker_key"]),
             bytes.fromhex(m["data_root"]),
             m["interval"],
             m["steps"],
             len(m["checkpoints"]),
-            digest(-1, m.get("ext")),
+            m.get("ext"),
+            digest=known.get(-1),
         )
     ]
     for ck in m["checkpoints"]:
         j = ck["index"]
         iv = m["intervals"][j - 1] if j > 0 else None
         leaves.append(
-            _checkpoint_leaf(
+            checkpoint_leaf(
                 j,
                 ck["step"],
                 bytes.fromhex(ck["root"]),
                 bytes.fromhex(iv["batch_commitment"]) if iv else ZERO32,
                 float(iv["update_norm"]) if iv else 0.0,
-                digest(j - 1, iv.get("ext")) if iv else ZERO32,
+                iv.get("ext") if iv else None,
+                digest=known.get(j - 1) if iv else None,
             )
         )
     return leaves
