@@ -107,6 +107,14 @@ def _reciprocal(a, out):  # type: ignore[no-untyped-def]  # pragma: no cover - j
         out[i] = np.float32(one / np.float64(a[i]))
 
 
+# The kernels by operation: split ones take (operands..., scalar, out), rounded ones
+# (operands..., out).
+_SPLIT: dict[str, Any] = {
+    "add": _add, "sub": _sub, "addcmul": _addcmul, "addcdiv": _addcdiv, "lerp": _lerp,
+}  # fmt: skip
+_ROUNDED: dict[str, Any] = {"div": _div, "sqrt": _sqrt, "reciprocal": _reciprocal}
+
+
 def _f32(x: Any) -> np.float32 | None:
     """A Python number as float32 (round to nearest, as ``torch.tensor(x, float32)``)."""
     if isinstance(x, bool) or not isinstance(x, int | float):
@@ -155,31 +163,19 @@ def _target(tensors: list[Any], into: torch.Tensor | None) -> torch.Tensor | Non
 def split(base: str, s: Any, a: Any, b: Any, scalar: Any, into: torch.Tensor | None) -> Any:
     """One split operation of ``split.py`` in one pass, or None (not taken).
 
-    ``base``: ``add``/``sub`` (``s ± a·α``, ``scalar`` = α, ``b`` unused), ``addcmul`` /
+    ``base``: ``add``/``sub`` (``s ± a·α``, ``scalar`` = α, ``b`` None), ``addcmul`` /
     ``addcdiv`` (``a``, ``b`` the two tensors, ``scalar`` = value), ``lerp`` (``a`` = end,
-    ``scalar`` = weight). ``into``: the in-place target (None: a new tensor).
+    ``scalar`` = weight, ``b`` None). ``into``: the in-place target (None: a new tensor).
     """
     w = _f32(scalar)
-    if not _on or w is None or not isinstance(s, torch.Tensor):
+    kernel = _SPLIT.get(base)
+    if not _on or w is None or kernel is None or not isinstance(s, torch.Tensor):
         return None
-    tensors = [s, a] if base in ("add", "sub", "lerp") else [s, a, b]
-    if base not in ("add", "sub", "lerp", "addcmul", "addcdiv"):
-        return None
+    tensors = [s, a] if b is None else [s, a, b]
     out = _target(tensors, into)
     if out is None:
         return None
-    ops = [_flat(t) for t in tensors]
-    dst = _flat(out)
-    if base == "add":
-        _add(ops[0], ops[1], w, dst)
-    elif base == "sub":
-        _sub(ops[0], ops[1], w, dst)
-    elif base == "lerp":
-        _lerp(ops[0], ops[1], w, dst)
-    elif base == "addcmul":
-        _addcmul(ops[0], ops[1], ops[2], w, dst)
-    else:
-        _addcdiv(ops[0], ops[1], ops[2], w, dst)
+    kernel(*[_flat(t) for t in tensors], w, _flat(out))
     calls[base] += 1
     return out
 
@@ -187,29 +183,20 @@ def split(base: str, s: Any, a: Any, b: Any, scalar: Any, into: torch.Tensor | N
 def rounded64(base: str, a: Any, b: Any, into: torch.Tensor | None) -> Any:
     """``div`` (by a tensor of ``a``'s shape or a number), ``sqrt`` or ``reciprocal`` of a
     float32 tensor, computed in float64 and rounded once, in one pass; or None (not taken)."""
-    if not _on or not isinstance(a, torch.Tensor):
+    if not _on or not isinstance(a, torch.Tensor) or base not in _ROUNDED:
         return None
-    if base == "div" and not isinstance(b, torch.Tensor):
+    if base == "div" and not isinstance(b, torch.Tensor):  # by a number: f64(f32(b))
         c = _f32(b)
-        if c is None:
-            return None
-        out = _target([a], into)
-        if out is None:
+        out = None if c is None else _target([a], into)
+        if c is None or out is None:
             return None
         _div_scalar(_flat(a), np.float64(c), _flat(out))
     else:
         tensors = [a, b] if base == "div" else [a]
-        if base not in ("div", "sqrt", "reciprocal"):
-            return None
         out = _target(tensors, into)
         if out is None:
             return None
-        if base == "div":
-            _div(_flat(a), _flat(b), _flat(out))
-        elif base == "sqrt":
-            _sqrt(_flat(a), _flat(out))
-        else:
-            _reciprocal(_flat(a), _flat(out))
+        _ROUNDED[base](*[_flat(t) for t in tensors], _flat(out))
     calls[base] += 1
     return out
 

@@ -67,26 +67,31 @@ def _one(
         return x[i] if i is not None and isinstance(x, list | tuple) else x
 
     s = get("self")
-    fast = _fast(base, v, get, s, into)
+    if base == "rsub":  # rsub(a, b, α) = b ⊖ (a ⊗ f32(α)); no one-pass kernel
+        return torch.sub(_f32(get("other"), s), torch.mul(s, _f32(v.get("alpha", 1), s)))
+    b: Any = None
+    if base in ("add", "sub"):
+        a, scalar = get("other"), v.get("alpha", 1)
+    elif base in ("addcmul", "addcdiv"):  # _foreach_ ScalarList: get gives element i's
+        a, b = get("tensor1"), get("tensor2")
+        scalar = get("scalars") if "scalars" in v else v.get("value", 1)
+        if isinstance(scalar, torch.Tensor) and scalar.dim() == 1 and i is not None:
+            scalar = scalar[i]  # _foreach_addc*.Tensor: one scalar per list element
+    elif base == "lerp":  # lerp: end, weight; _foreach_lerp: tensors1, weight (or weights)
+        a = get("end") if "end" in v else get("tensors1")
+        scalar = get("weight") if "weight" in v else get("weights")
+    else:
+        raise AssertionError(base)
+    fast: torch.Tensor | None = elementwise.split(base, s, a, b, scalar, into)
     if fast is not None:
         return fast
     if base in ("add", "sub"):
-        b = torch.mul(_f32(get("other"), s), _f32(v.get("alpha", 1), s))
-        return torch.add(s, b) if base == "add" else torch.sub(s, b)
-    if base == "rsub":  # rsub(a, b, α) = b ⊖ (a ⊗ f32(α))
-        return torch.sub(_f32(get("other"), s), torch.mul(s, _f32(v.get("alpha", 1), s)))
-    if base in ("addcmul", "addcdiv"):
-        t = torch.mul(get("tensor1"), get("tensor2")) if base == "addcmul" else _rounded64(
-            "div", get("tensor1"), get("tensor2"))  # fmt: skip
-        value = get("scalars") if "scalars" in v else v.get("value", 1)
-        if isinstance(value, torch.Tensor) and value.dim() == 1 and i is not None:
-            value = value[i]  # _foreach_addc*.Tensor: one scalar per list element
-        return torch.add(s, torch.mul(_f32(value, s), t))
-    if base == "lerp":  # lerp: end, weight; _foreach_lerp: tensors1, weight (or weights)
-        w = get("weight") if "weight" in v else get("weights")
-        end = get("end") if "end" in v else get("tensors1")
-        return torch.add(s, torch.mul(_f32(w, s), torch.sub(end, s)))
-    raise AssertionError(base)
+        t = torch.mul(_f32(a, s), _f32(scalar, s))
+        return torch.add(s, t) if base == "add" else torch.sub(s, t)
+    if base == "lerp":
+        return torch.add(s, torch.mul(_f32(scalar, s), torch.sub(a, s)))
+    t = torch.mul(a, b) if base == "addcmul" else _rounded64("div", a, b)
+    return torch.add(s, torch.mul(_f32(scalar, s), t))
 
 
 def run_split(func: Any, args: Any, kwargs: Any) -> Any:
@@ -108,22 +113,6 @@ def run_split(func: Any, args: Any, kwargs: Any) -> Any:
     if v.get("out") is not None:
         return v["out"].copy_(r)
     return r
-
-
-def _fast(
-    base: str, v: dict[str, Any], get: Any, s: Any, into: torch.Tensor | None
-) -> torch.Tensor | None:
-    """The one-pass kernel's result for the common case (``elementwise.split``), or None."""
-    if base in ("add", "sub"):
-        return elementwise.split(base, s, get("other"), None, v.get("alpha", 1), into)  # type: ignore[no-any-return]
-    if base in ("addcmul", "addcdiv"):  # _foreach_ ScalarList: get gives element i's
-        value = get("scalars") if "scalars" in v else v.get("value", 1)
-        return elementwise.split(base, s, get("tensor1"), get("tensor2"), value, into)  # type: ignore[no-any-return]
-    if base == "lerp":
-        w = get("weight") if "weight" in v else get("weights")
-        end = get("end") if "end" in v else get("tensors1")
-        return elementwise.split(base, s, end, None, w, into)  # type: ignore[no-any-return]
-    return None
 
 
 def _as64(x: Any, like: torch.Tensor) -> torch.Tensor:
