@@ -71,12 +71,15 @@ class TinyLM(nn.Module):
         return out
 
 
-def build(kind: str, *, seed: int, width: int, batch: int, device: str = "cpu") -> dict[str, Any]:
+def build(
+    kind: str, *, seed: int, width: int, batch: int, device: str = "cpu", foreach: bool = False
+) -> dict[str, Any]:
     """Model, optimizer and a ``step(i)`` closure for example ``kind`` (mlp, resnet, lm).
 
     The weights and data are drawn on the CPU from ``seed`` and moved to ``device``, so every
     device starts from the same bits; the optimizers run their per-tensor loops
-    (``foreach=False``), the implementation torch picks on the CPU, on every device.
+    (``foreach=False``, the implementation torch picks on the CPU) on every device unless
+    ``foreach`` asks for the list forms (``_foreach_*``, torch's default on CUDA).
     """
     torch.manual_seed(seed)
     gen = np.random.default_rng(seed)
@@ -85,7 +88,7 @@ def build(kind: str, *, seed: int, width: int, batch: int, device: str = "cpu") 
     if kind == "mlp":
         model = nn.Sequential(nn.Linear(256, width), nn.GELU(), nn.Linear(width, 10))
         model.to(device)
-        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=False)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=foreach)
         xm = torch.from_numpy(gen.standard_normal((4, batch, 256)).astype(np.float32)).to(device)
         ym = torch.from_numpy(gen.integers(0, 10, (4, batch))).to(device)
 
@@ -96,7 +99,7 @@ def build(kind: str, *, seed: int, width: int, batch: int, device: str = "cpu") 
     elif kind == "resnet":
         model = ResNet(width).to(device)
         opt = torch.optim.SGD(
-            model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4, foreach=False
+            model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4, foreach=foreach
         )
         x = torch.from_numpy(gen.standard_normal((4, batch, 3, 16, 16)).astype(np.float32))
         x = x.to(device)
@@ -108,7 +111,7 @@ def build(kind: str, *, seed: int, width: int, batch: int, device: str = "cpu") 
         clip = None
     elif kind == "lm":
         model = TinyLM(width).to(device)
-        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=False)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01, foreach=foreach)
         toks = torch.from_numpy(gen.integers(0, 96, (4, batch, 33))).to(device)
 
         def loss_of(i: int) -> torch.Tensor:
