@@ -85,6 +85,15 @@ class Bound:
         at: np.ndarray = self.s()[idx]
         return at
 
+    def s_tensor(self, device: torch.device) -> torch.Tensor:
+        """``S`` of every element as a flat tensor on ``device`` (where the operation on absolute
+        values ran there, without a copy through the host; ``devscan``)."""
+        if self._s is None and self._shared is not None:
+            t = self._shared.tensor(self._index)
+            if t.device == device:
+                return t
+        return torch.from_numpy(self.s()).to(device)
+
 
 class AbsOp:
     """The operation on absolute values, run at most once for all outputs of one call (its
@@ -95,6 +104,11 @@ class AbsOp:
         self._out: list[Any] | None = None
 
     def get(self, index: int) -> np.ndarray:
+        """Output ``index`` flat in C order, on the host."""
+        return np.asarray(self.tensor(index).cpu().numpy())
+
+    def tensor(self, index: int) -> torch.Tensor:
+        """Output ``index`` as a flat contiguous tensor on the device the call ran on."""
         if self._out is None:
             memo: dict[int, torch.Tensor] = {}
             dt = self.dtype
@@ -112,10 +126,10 @@ class AbsOp:
             ):  # SPEC VI §1: S without overflow (float32 past 2^128: again in float64)
                 self.dtype = torch.float64
                 self._out = None
-                return self.get(index)
+                return self.tensor(index)
             self._out = outs
-        t = self._out[index]  # float32 on the CPU: promoted exactly where it is used
-        return np.asarray(t.detach().contiguous().view(-1).cpu().numpy())
+        t: torch.Tensor = self._out[index]  # float32 on the CPU: promoted where it is used
+        return t.detach().contiguous().view(-1)
 
 
 def _abs(a: Any, dtype: torch.dtype, memo: dict[int, torch.Tensor]) -> Any:

@@ -37,7 +37,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from dk.crypto.hashing import tagged_hash
 from dk.errors import FormatError
-from dk.pol.backends import bf16, blocked, kernels64
+from dk.pol.backends import bf16, blocked, devscan, kernels64
 from dk.pol.backends import ops as op_tables
 from dk.pol.backends._scan import bounded_scan, round_scan
 from dk.pol.backends.bounds import (
@@ -153,6 +153,10 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         # convolutions) on the CPU; False: ATen's float64 kernels (tests, comparisons). Any
         # summation order replays a bounded site, so either side may use either.
         self.fast_kernels = True
+        # float32 sites scanned on their own device (devscan.py): None on devices other than
+        # the CPU, True everywhere (tests: the device path on CPU tensors), False nowhere. The
+        # log and the values are the same either way; only the host copies differ.
+        self.device_scan: bool | None = None
         self.error: Exception | None = None
         # (name, shape) of each site, when a recorder compares steps (recording.py)
         self.signatures: list[tuple[str, tuple[int, ...]]] | None = None
@@ -334,6 +338,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         self.trace = tagged_hash(TAG_TRACE, self.trace, struct.pack("<I", len(nb)), nb, dims)
         if self.signatures is not None:
             self.signatures.append((name, tuple(v.shape)))
+        if dtype == _F32 and self._on_device(v, bound):
+            return self._round_on_device(site, v, bound)
         vn = v.detach().contiguous().view(-1).cpu().numpy()  # no copy on CPU
         if dtype == _BF16:
             rn = self._round_bf16(site, vn, bound)
@@ -354,6 +360,71 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         if v.is_contiguous():
             return r
         return torch.empty_strided(v.shape, v.stride(), dtype=dtype, device=v.device).copy_(r)
+
+    def _on_device(self, v: torch.Tensor, bound: Bound | None) -> bool:
+        """Whether float32 site ``v`` is scanned on its device (``devscan``): on devices other
+        than the CPU unless :attr:`device_scan` says otherwise; never for a refining bound
+        (the CPU's norm bounds)."""
+        if bound is not None and bound.refine:
+            return False
+        return v.device.type != "cpu" if self.device_scan is None else self.device_scan
+
+    def _round_on_device(self, site: int, v: torch.Tensor, bound: Bound | None) -> torch.Tensor:
+        """A float32 site rounded on its device; only the candidates and the log's elements
+        come to the host, where the CPU path's own functions decide (``devscan``'s module
+        docstring says why that gives the CPU path's log and values)."""
+        vf = v.detach().contiguous().view(-1)
+        r = devscan.round32(vf)
+        s = None if bound is None else bound.s_tensor(vf.device)
+
+        def host(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+            at = torch.from_numpy(idx).to(vf.device)
+            vs = vf[at].cpu().numpy()
+            return vs, None if s is None else s[at].cpu().numpy()
+
+        use_m = self.replaying
+        if bound is None:
+            t = self.t_bits // 2 if use_m else self.t_bits
+            cand = devscan.candidates(vf, t).cpu().numpy()
+            vc, _ = host(cand)
+            sub = _band(vc, t)[1]
+        else:
+            cap = bound_cap(self.t_bits) // (2 if use_m else 1)
+            coef = (C_MISSING, 0.0) if use_m else (C_RECORD, 2.0)
+            cand = devscan.candidates(vf, cap, s, (bound.k, bound.k_sum), coef).cpu().numpy()
+            vc, sc = host(cand)
+            assert sc is not None
+            given = Bound.given(bound.k, sc, bound.k_sum)
+            sub = self._scan_bounded(vc, given.s(), given, use_m)[1]
+        flagged = cand[sub]
+        if not self.replaying:
+            if flagged.size:
+                vi = vc[sub]
+                ups = (vi.astype(np.float32) + np.float32(0.0)).astype(np.float64) > vi
+                self._note(site, flagged, ups, boundary_distance(vi))
+        else:
+            elems, ups = self._given.get(site, (_EMPTY, _EMPTY_B))
+
+            def far(e: np.ndarray) -> np.ndarray:
+                ve, se = host(e)
+                if se is None or bound is None:
+                    t_e = np.full(e.size, float(self.t_bits))
+                else:
+                    t_e = thresholds(ve, se, bound.k, self.t_bits, bound.k_sum)[0]
+                out: np.ndarray = boundary_distance(ve) > 2 * t_e
+                return out
+
+            _check_entries(site, vf.numel(), elems, far, "float32")
+            _check_missing(site, flagged, elems, "float32")
+            if elems.size:  # a neighbour may be a zero: +0, as every site's zero (SPEC VI §2)
+                ve, _ = host(elems)
+                re = ve.astype(np.float32) + np.float32(0.0)
+                nb = _neighbour(re, ve, ups) + np.float32(0.0)
+                r[torch.from_numpy(elems).to(vf.device)] = torch.from_numpy(nb).to(vf.device)
+        r = r.view(v.shape)
+        if v.is_contiguous():
+            return r
+        return torch.empty_strided(v.shape, v.stride(), dtype=_F32, device=v.device).copy_(r)
 
     def _note(self, site: int, idx: np.ndarray, ups: np.ndarray, dist: np.ndarray) -> None:
         """Record entries of one site (SPEC VI §2), within the log's entry limit (§3)."""

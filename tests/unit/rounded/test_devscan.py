@@ -1,0 +1,187 @@
+"""The device scan (``devscan.py``): a float32 site scanned on its own device gives the CPU
+scan's log, values and verdicts, bit for bit. CI has no GPU, so the device path runs here on CPU
+tensors (``RoundedMode.device_scan = True``); ``bench/device_check.py`` runs it on CUDA."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from dk.errors import FormatError
+from dk.pol.backends import devscan, normbounds
+from dk.pol.backends import examples as ex
+from dk.pol.backends.bounds import Bound
+from dk.pol.backends.log import LOG_INVALID, LOG_MISSING, RoundingLog, decode_log
+from dk.pol.backends.rounded import RoundedMode, boundary_distance
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+JOB = bytes(range(32))
+SPECIAL = np.array(
+    [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 5e-324, -1e-310, 1e-40, -3e-39,
+     2.0**-149 * 2.5, 2.0**-149 * 7.5 + 2.0**-190, 3.4028235677973366e38, 3.4028235e38 * 1.5,
+     -3.4028235e38 * 1.0000000000001, 2.0**-125, 2.0**-126 * (1 + 2.0**-24), 1.0 + 2.0**-24],
+    dtype=np.float64,
+)  # fmt: skip
+
+
+def _values(g: np.random.Generator, n: int) -> np.ndarray:
+    """float64 values, half of them within a few 2^-10 gaps of a float32 rounding boundary,
+    over most of the float32 range, with special values sprinkled in."""
+    x = (g.standard_normal(n) * np.exp2(g.integers(-140, 120, n))).astype(np.float32)
+    up = np.nextafter(x, np.float32(np.inf))
+    gap = up.astype(np.float64) - x
+    mid = (x.astype(np.float64) + up) / 2 + g.integers(-(2**20), 2**20, n) * 2.0**-29 * gap
+    with np.errstate(invalid="ignore"):
+        v = np.where(g.random(n) < 0.5, mid, x * (1 + g.standard_normal(n) * 2.0**-20))
+    v[g.choice(n, SPECIAL.size, replace=False)] = SPECIAL
+    return np.ascontiguousarray(v)
+
+
+def _bound(g: np.random.Generator, v: np.ndarray) -> Bound:
+    """A bound with ``S`` from well below to far above ``|v|`` (some NaN and inf)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = np.abs(v) * np.exp2(g.uniform(-4, 40, v.size))
+    s[g.choice(v.size, 6, replace=False)] = [np.nan, np.inf, 0.0, 1e300, 5e-324, np.nan]
+    k = int(g.integers(2, 5000))
+    if g.random() < 0.5:
+        with np.errstate(over="ignore"):
+            s = s.astype(np.float32)
+    return Bound.given(k, s, int(g.integers(1, k)))
+
+
+def _mode(device: bool, log: RoundingLog | None = None) -> RoundedMode:
+    m = RoundedMode.record(job_id=JOB, interval=0) if log is None else RoundedMode.replay(log)
+    m.device_scan = device
+    return m
+
+
+def _bits(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy().reshape(-1).view(np.uint32)
+
+
+def _sites(seed: int) -> list[tuple[torch.Tensor, Bound | None]]:
+    g = np.random.default_rng(seed)
+    out: list[tuple[torch.Tensor, Bound | None]] = []
+    for shape in ((3000,), (40, 70), (7, 9, 11)):
+        v = _values(g, int(np.prod(shape)))
+        out.append((torch.from_numpy(v).view(shape), None))
+        out.append((torch.from_numpy(v.copy()).view(shape), _bound(g, v)))
+    v = torch.from_numpy(_values(g, 60 * 50)).view(60, 50).t()  # not contiguous
+    out.append((v, None))
+    return out
+
+
+def _record(device: bool, sites: list[tuple[torch.Tensor, Bound | None]]) -> Any:
+    m = _mode(device)
+    outs = [m.round_site(v, "s", b) for v, b in sites]
+    return m.finish(), outs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_record_equals_cpu_scan(seed: int) -> None:
+    """Entries (site, element, direction) and rounded bits equal the CPU scan's, on sites with
+    zeros, infinities, NaNs, subnormals, values that round to infinity and bounds with NaN,
+    inf and zero ``S``; the device path ran for plain and bounded sites."""
+    sites = _sites(seed)
+    before = devscan.calls.copy()
+    log_d, out_d = _record(True, sites)
+    ran = devscan.calls - before
+    assert ran["plain"] == 4 and ran["bounded"] == 3
+    log_c, out_c = _record(False, sites)
+    assert len(log_c.entries) > 100  # the values do lie near boundaries
+    assert log_d.entries == log_c.entries
+    for a, b in zip(out_d, out_c, strict=True):
+        assert a.shape == b.shape and a.stride() == b.stride()
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+def _replay(device: bool, log: RoundingLog, sites: list[tuple[torch.Tensor, Bound | None]]) -> Any:
+    m = _mode(device, log)
+    try:
+        return [_bits(m.round_site(v, "s", b)) for v, b in sites]
+    except FormatError as e:
+        return e.reason
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_replay_and_forgeries_equal_cpu_scan(seed: int) -> None:
+    """An honest log replays to the same bits on both paths; a flipped direction changes them
+    the same way; an entry far from a boundary, one beyond the site and a dropped entry are
+    refused with the same reason on both."""
+    sites = _sites(seed)
+    log, want = _record(False, sites)
+    entries = list(log.entries)
+    v = sites[0][0].contiguous().numpy().reshape(-1)  # a site without a bound (threshold t)
+    at0 = [j for j, en in enumerate(entries) if en[0] == 0]
+    i = min(at0, key=lambda j: int(boundary_distance(v[entries[j][1] : entries[j][1] + 1])[0]))
+    site, e, up = entries[i]  # the nearest: within t/2, so its entry is required
+    far = int(np.flatnonzero(boundary_distance(v) > 2**27)[0])
+    cases = {
+        "honest": entries,
+        "flipped": [*entries[:i], (site, e, 1 - up), *entries[i + 1 :]],
+        "dropped": entries[:i] + entries[i + 1 :],
+        "far": sorted({*entries, (site, far, 0)} - {(site, far, 1)}),
+        "beyond": [*entries, (len(sites) - 1, 10**6, 0)],
+    }
+    results = {}
+    for name, es in cases.items():
+        forged = RoundingLog(**{**vars(log), "entries": es})
+        got = _replay(True, forged, sites), _replay(False, forged, sites)
+        if isinstance(got[1], str):
+            assert got[0] == got[1], name
+        else:
+            for a, b in zip(*got, strict=True):
+                np.testing.assert_array_equal(a, b)
+        results[name] = got[1]
+    assert all(np.array_equal(a, _bits(b)) for a, b in zip(results["honest"], want, strict=True))
+    assert not all(
+        np.array_equal(a, b) for a, b in zip(results["flipped"], results["honest"], strict=True)
+    )
+    assert results["dropped"] == LOG_MISSING
+    assert results["far"] == LOG_INVALID and results["beyond"] == LOG_INVALID
+
+
+@contextlib.contextmanager
+def _no_norm_bounds() -> Iterator[None]:
+    """Every bounded site's ``S`` from the operation on absolute values (as on a GPU: the norm
+    bounds are the CPU's)."""
+    saved = normbounds.norm_bound
+    normbounds.norm_bound = lambda *a: None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        normbounds.norm_bound = saved
+
+
+@pytest.mark.parametrize("kind", ["resnet", "lm"])
+def test_training_interval_same_log_and_state(kind: str) -> None:
+    """Whole intervals of the examples: the device path records the CPU path's log and state,
+    and replays the CPU path's log to its state."""
+    cfg = {"resnet": {"width": 8, "batch": 8}, "lm": {"width": 32, "batch": 4}}[kind]
+
+    def run(device: bool, log: RoundingLog | None = None) -> tuple[bytes, dict[str, np.ndarray]]:
+        b = ex.build(kind, seed=5, **cfg)
+        m = _mode(device, None if log is None else log)
+        ex.train(b, range(3), lambda: m)
+        return m.finish().encode(), ex.state_tensors(b["model"], b["opt"])
+
+    with _no_norm_bounds():
+        before = devscan.calls.copy()
+        log_d, st_d = run(True)
+        assert (devscan.calls - before)["bounded"] > 0
+        log_c, st_c = run(False)
+        _, st_r = run(True, decode_log(log_c))
+    assert log_d == log_c
+    for k in st_c:
+        np.testing.assert_array_equal(
+            st_d[k].reshape(-1).view(np.uint8), st_c[k].reshape(-1).view(np.uint8)
+        )
+        np.testing.assert_array_equal(
+            st_r[k].reshape(-1).view(np.uint8), st_c[k].reshape(-1).view(np.uint8)
+        )
