@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from dk.errors import FormatError
-from dk.pol.backends import devscan, normbounds
+from dk.pol.backends import bf16, devscan, normbounds
 from dk.pol.backends import examples as ex
 from dk.pol.backends.bounds import Bound
 from dk.pol.backends.log import LOG_INVALID, LOG_MISSING, RoundingLog, decode_log
@@ -30,11 +30,15 @@ SPECIAL = np.array(
 )  # fmt: skip
 
 
-def _values(g: np.random.Generator, n: int) -> np.ndarray:
-    """float64 values, half of them within a few 2^-10 gaps of a float32 rounding boundary,
-    over most of the float32 range, with special values sprinkled in."""
+def _values(g: np.random.Generator, n: int, low: bool = False) -> np.ndarray:
+    """float64 values, half of them within a few 2^-10 gaps of a float32 (``low``: bfloat16)
+    rounding boundary, over most of the float32 range, with special values sprinkled in."""
     x = (g.standard_normal(n) * np.exp2(g.integers(-140, 120, n))).astype(np.float32)
-    up = np.nextafter(x, np.float32(np.inf))
+    if low:  # bfloat16 numbers and their gaps
+        x = bf16.rne(x.astype(np.float64))
+        up = bf16.step(x, np.ones(n, dtype=bool))
+    else:
+        up = np.nextafter(x, np.float32(np.inf))
     gap = up.astype(np.float64) - x
     mid = (x.astype(np.float64) + up) / 2 + g.integers(-(2**20), 2**20, n) * 2.0**-29 * gap
     with np.errstate(invalid="ignore"):
@@ -62,38 +66,47 @@ def _mode(device: bool, log: RoundingLog | None = None) -> RoundedMode:
 
 
 def _bits(t: torch.Tensor) -> np.ndarray:
-    return t.detach().contiguous().numpy().reshape(-1).view(np.uint32)
+    t = t.detach().contiguous()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().reshape(-1).view(np.uint16 if t.dtype == torch.int16 else np.uint32)
 
 
-def _sites(seed: int) -> list[tuple[torch.Tensor, Bound | None]]:
+def _sites(seed: int, low: bool = False) -> list[tuple[torch.Tensor, Bound | None]]:
     g = np.random.default_rng(seed)
     out: list[tuple[torch.Tensor, Bound | None]] = []
     for shape in ((3000,), (40, 70), (7, 9, 11)):
-        v = _values(g, int(np.prod(shape)))
+        v = _values(g, int(np.prod(shape)), low)
         out.append((torch.from_numpy(v).view(shape), None))
         out.append((torch.from_numpy(v.copy()).view(shape), _bound(g, v)))
-    v = torch.from_numpy(_values(g, 60 * 50)).view(60, 50).t()  # not contiguous
+    v = torch.from_numpy(_values(g, 60 * 50, low)).view(60, 50).t()  # not contiguous
     out.append((v, None))
     return out
 
 
-def _record(device: bool, sites: list[tuple[torch.Tensor, Bound | None]]) -> Any:
+def _record(
+    device: bool, sites: list[tuple[torch.Tensor, Bound | None]], dtype: torch.dtype
+) -> Any:
     m = _mode(device)
-    outs = [m.round_site(v, "s", b) for v, b in sites]
+    outs = [m.round_site(v, "s", b, dtype=dtype) for v, b in sites]
     return m.finish(), outs
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_record_equals_cpu_scan(seed: int) -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("seed", range(4))
+def test_record_equals_cpu_scan(seed: int, dtype: torch.dtype) -> None:
     """Entries (site, element, direction) and rounded bits equal the CPU scan's, on sites with
     zeros, infinities, NaNs, subnormals, values that round to infinity and bounds with NaN,
-    inf and zero ``S``; the device path ran for plain and bounded sites."""
-    sites = _sites(seed)
+    inf and zero ``S``, at float32 and bfloat16 sites; the device path ran for plain and
+    bounded sites."""
+    low = dtype == torch.bfloat16
+    sites = _sites(seed, low)
     before = devscan.calls.copy()
-    log_d, out_d = _record(True, sites)
+    log_d, out_d = _record(True, sites, dtype)
     ran = devscan.calls - before
-    assert ran["plain"] == 4 and ran["bounded"] == 3
-    log_c, out_c = _record(False, sites)
+    pre = "bf16 " if low else ""
+    assert ran[pre + "plain"] == 4 and ran[pre + "bounded"] == 3
+    log_c, out_c = _record(False, sites, dtype)
     assert len(log_c.entries) > 100  # the values do lie near boundaries
     assert log_d.entries == log_c.entries
     for a, b in zip(out_d, out_c, strict=True):
@@ -101,27 +114,32 @@ def test_record_equals_cpu_scan(seed: int) -> None:
         np.testing.assert_array_equal(_bits(a), _bits(b))
 
 
-def _replay(device: bool, log: RoundingLog, sites: list[tuple[torch.Tensor, Bound | None]]) -> Any:
+def _replay(
+    device: bool, log: RoundingLog, sites: list[tuple[torch.Tensor, Bound | None]], dt: Any
+) -> Any:
     m = _mode(device, log)
     try:
-        return [_bits(m.round_site(v, "s", b)) for v, b in sites]
+        return [_bits(m.round_site(v, "s", b, dtype=dt)) for v, b in sites]
     except FormatError as e:
         return e.reason
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("seed", range(3))
-def test_replay_and_forgeries_equal_cpu_scan(seed: int) -> None:
+def test_replay_and_forgeries_equal_cpu_scan(seed: int, dtype: torch.dtype) -> None:
     """An honest log replays to the same bits on both paths; a flipped direction changes them
     the same way; an entry far from a boundary, one beyond the site and a dropped entry are
     refused with the same reason on both."""
-    sites = _sites(seed)
-    log, want = _record(False, sites)
+    low = dtype == torch.bfloat16
+    sites = _sites(seed, low)
+    log, want = _record(False, sites, dtype)
     entries = list(log.entries)
     v = sites[0][0].contiguous().numpy().reshape(-1)  # a site without a bound (threshold t)
+    dist = (bf16.distance if low else boundary_distance)(v)
     at0 = [j for j, en in enumerate(entries) if en[0] == 0]
-    i = min(at0, key=lambda j: int(boundary_distance(v[entries[j][1] : entries[j][1] + 1])[0]))
+    i = min(at0, key=lambda j: int(dist[entries[j][1]]))
     site, e, up = entries[i]  # the nearest: within t/2, so its entry is required
-    far = int(np.flatnonzero(boundary_distance(v) > 2**27)[0])
+    far = int(np.flatnonzero(dist > 2**27)[0])
     cases = {
         "honest": entries,
         "flipped": [*entries[:i], (site, e, 1 - up), *entries[i + 1 :]],
@@ -132,7 +150,7 @@ def test_replay_and_forgeries_equal_cpu_scan(seed: int) -> None:
     results = {}
     for name, es in cases.items():
         forged = RoundingLog(**{**vars(log), "entries": es})
-        got = _replay(True, forged, sites), _replay(False, forged, sites)
+        got = _replay(True, forged, sites, dtype), _replay(False, forged, sites, dtype)
         if isinstance(got[1], str):
             assert got[0] == got[1], name
         else:
@@ -159,29 +177,31 @@ def _no_norm_bounds() -> Iterator[None]:
         normbounds.norm_bound = saved
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("kind", ["resnet", "lm"])
-def test_training_interval_same_log_and_state(kind: str) -> None:
-    """Whole intervals of the examples: the device path records the CPU path's log and state,
-    and replays the CPU path's log to its state."""
+def test_training_interval_same_log_and_state(kind: str, precision: str) -> None:
+    """Whole intervals of the examples (bf16: under the CPU's bfloat16 autocast): the device
+    path records the CPU path's log and state, and replays the CPU path's log to its state."""
     cfg = {"resnet": {"width": 8, "batch": 8}, "lm": {"width": 32, "batch": 4}}[kind]
+    low = precision == "bf16"
 
     def run(device: bool, log: RoundingLog | None = None) -> tuple[bytes, dict[str, np.ndarray]]:
         b = ex.build(kind, seed=5, **cfg)
         m = _mode(device, None if log is None else log)
-        ex.train(b, range(3), lambda: m)
+        cast = torch.autocast("cpu", dtype=torch.bfloat16) if low else contextlib.nullcontext()
+        with cast:
+            ex.train(b, range(3), lambda: m)
         return m.finish().encode(), ex.state_tensors(b["model"], b["opt"])
 
     with _no_norm_bounds():
         before = devscan.calls.copy()
         log_d, st_d = run(True)
-        assert (devscan.calls - before)["bounded"] > 0
+        ran = devscan.calls - before
+        assert ran["bounded"] > 0 and (not low or ran["bf16 bounded"] > 0)
         log_c, st_c = run(False)
         _, st_r = run(True, decode_log(log_c))
     assert log_d == log_c
     for k in st_c:
-        np.testing.assert_array_equal(
-            st_d[k].reshape(-1).view(np.uint8), st_c[k].reshape(-1).view(np.uint8)
-        )
-        np.testing.assert_array_equal(
-            st_r[k].reshape(-1).view(np.uint8), st_c[k].reshape(-1).view(np.uint8)
-        )
+        want = st_c[k].reshape(-1).view(np.uint8)
+        np.testing.assert_array_equal(st_d[k].reshape(-1).view(np.uint8), want)
+        np.testing.assert_array_equal(st_r[k].reshape(-1).view(np.uint8), want)

@@ -34,6 +34,7 @@ calls: Counter[str] = Counter()
 # widening of a bounded site's device threshold: relative (many float64 ulps) and absolute (in
 # units of 2^-29 gap: the float64 -> integer comparison), so candidates are a superset
 _SLACK = 2.0**-30
+_LOW16 = (1 << 45) - 1  # float64 bits below bfloat16's last bit
 _GAPS: dict[torch.device, torch.Tensor] = {}
 
 
@@ -41,6 +42,24 @@ def round32(v: torch.Tensor) -> torch.Tensor:
     """Float32 rounding of flat float64 ``v`` on its device, zeros as +0 (SPEC VI §2)."""
     r = v.to(torch.float32)
     return r.masked_fill_(r == 0, 0.0)
+
+
+def round_bf16(v: torch.Tensor) -> torch.Tensor:
+    """Flat float64 ``v`` rounded to nearest bfloat16 (ties to even) on its device, as float32
+    holding bfloat16 numbers, zeros +0: :func:`dk.pol.backends.bf16.rne`'s operations (round to
+    float32 to odd, then to bfloat16; torch's own cast would round twice)."""
+    r = v.to(torch.float32)  # nearest float32, ties to even
+    fin = torch.isfinite(r)
+    away = fin & (r.to(torch.float64).abs() > v.abs())
+    r = torch.where(away, torch.nextafter(r, torch.zeros_like(r)), r)  # truncated toward zero
+    inexact = fin & (r.to(torch.float64) != v)
+    bits = (r.view(torch.int32).to(torch.int64) & 0xFFFFFFFF) | inexact.to(torch.int64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000  # may carry to infinity
+    bits = torch.where(fin, rounded, bits & 0xFFFF0000)
+    bits = torch.where(torch.isnan(r), 0x7FC00000, bits)
+    bits = torch.where(bits >= 1 << 31, bits - (1 << 32), bits)  # as a signed 32-bit pattern
+    out = bits.to(torch.int32).view(torch.float32)
+    return out.masked_fill_(out == 0, 0.0)
 
 
 def _gaps(device: torch.device) -> torch.Tensor:
@@ -56,6 +75,8 @@ def candidates(
     s: torch.Tensor | None = None,
     k: tuple[int, int] = (0, 0),
     coef: tuple[float, float] = (0.0, 0.0),
+    *,
+    bf16: bool = False,
 ) -> torch.Tensor:
     """Flat indices (int64, ascending, on ``v``'s device) of a superset of the elements of
     flat float64 ``v`` that the CPU scan flags.
@@ -65,19 +86,25 @@ def candidates(
     is the cap of the per-element threshold ``min(coef[0]·β + coef[1], t)``, ``β`` computed
     from ``s`` and ``k = (K, K')`` as ``_scan.scan_bounded`` does; the threshold is widened by
     ``_SLACK``. Every tiny nonzero value (``0 < |v| < 2^-125``) is a candidate too.
+    ``bf16``: the same at bfloat16's boundaries and gap (``bf16.distance``, SPEC VI §2).
     """
-    calls["plain" if s is None else "bounded"] += 1
+    calls[("bf16 " if bf16 else "") + ("plain" if s is None else "bounded")] += 1
     bits = v.view(torch.int64)
-    near = ((bits - (HALF - t)) & M29) <= 2 * t
+    if bf16:  # bf16.distance: the 45 bits below bfloat16's last, in 2^-29 gaps
+        d = ((bits & _LOW16) - (1 << 44)).abs() >> 16
+    else:
+        d = ((bits & M29) - HALF).abs()
+    near = d <= t
     if s is not None:
         kk, kg = k
         gamma = kg * 2.0**-53 / (1.0 - kg * 2.0**-53)
         gap = _gaps(v.device)[(bits >> 52) & 0x7FF]
+        if bf16:
+            gap = gap * 2.0**16
         beta = (s.to(torch.float64) * (1.0 + kk * 2.0**-23) + kk * 2.0**-149) * gamma
         beta = beta * 2.0**29 / gap
         thr = torch.where(torch.isnan(beta), float(t), torch.clamp(beta * coef[0] + coef[1], max=t))
-        d = ((bits & M29) - HALF).abs().to(torch.float64)
-        near &= d <= thr * (1.0 + _SLACK) + 1.0
+        near &= d.to(torch.float64) <= thr * (1.0 + _SLACK) + 1.0
     a = v.abs()
     near |= (a < TINY) & (a != 0)
     return torch.nonzero(near).view(-1)

@@ -338,8 +338,21 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         self.trace = tagged_hash(TAG_TRACE, self.trace, struct.pack("<I", len(nb)), nb, dims)
         if self.signatures is not None:
             self.signatures.append((name, tuple(v.shape)))
-        if dtype == _F32 and self._on_device(v, bound):
-            return self._round_on_device(site, v, bound)
+        if self._on_device(v, bound):
+            r = self._round_on_device(site, v, bound, dtype)
+        else:
+            r = torch.from_numpy(self._round_on_host(site, v, bound, dtype))
+        if dtype == _BF16:
+            r = r.to(_BF16)  # exact: r holds bfloat16 values
+        r = r.to(v.device).view(v.shape)
+        if v.is_contiguous():
+            return r
+        return torch.empty_strided(v.shape, v.stride(), dtype=dtype, device=v.device).copy_(r)
+
+    def _round_on_host(
+        self, site: int, v: torch.Tensor, bound: Bound | None, dtype: torch.dtype
+    ) -> np.ndarray:
+        """A site rounded on the host (flat; bfloat16 as float32 holding bfloat16 numbers)."""
         vn = v.detach().contiguous().view(-1).cpu().numpy()  # no copy on CPU
         if dtype == _BF16:
             rn = self._round_bf16(site, vn, bound)
@@ -353,28 +366,26 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             if idx.size:
                 ups = rn[idx].astype(np.float64) > vn[idx]
                 self._note(site, idx, ups, boundary_distance(vn[idx]))
-        r = torch.from_numpy(rn)
-        if dtype == _BF16:
-            r = r.to(_BF16)  # exact: rn holds bfloat16 values
-        r = r.to(v.device).view(v.shape)
-        if v.is_contiguous():
-            return r
-        return torch.empty_strided(v.shape, v.stride(), dtype=dtype, device=v.device).copy_(r)
+        return rn
 
     def _on_device(self, v: torch.Tensor, bound: Bound | None) -> bool:
-        """Whether float32 site ``v`` is scanned on its device (``devscan``): on devices other
-        than the CPU unless :attr:`device_scan` says otherwise; never for a refining bound
-        (the CPU's norm bounds)."""
+        """Whether site ``v`` is scanned on its device (``devscan``): on devices other than the
+        CPU unless :attr:`device_scan` says otherwise; never for a refining bound (the CPU's
+        norm bounds)."""
         if bound is not None and bound.refine:
             return False
         return v.device.type != "cpu" if self.device_scan is None else self.device_scan
 
-    def _round_on_device(self, site: int, v: torch.Tensor, bound: Bound | None) -> torch.Tensor:
-        """A float32 site rounded on its device; only the candidates and the log's elements
-        come to the host, where the CPU path's own functions decide (``devscan``'s module
-        docstring says why that gives the CPU path's log and values)."""
+    def _round_on_device(
+        self, site: int, v: torch.Tensor, bound: Bound | None, dtype: torch.dtype
+    ) -> torch.Tensor:
+        """A site rounded to ``dtype`` (float32, or bfloat16 returned as float32 holding
+        bfloat16 numbers) on its device; only the candidates and the log's elements come to the
+        host, where the CPU path's own functions decide (``devscan``'s module docstring says
+        why that gives the CPU path's log and values)."""
+        low = dtype == _BF16
         vf = v.detach().contiguous().view(-1)
-        r = devscan.round32(vf)
+        r = devscan.round_bf16(vf) if low else devscan.round32(vf)
         s = None if bound is None else bound.s_tensor(vf.device)
 
         def host(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
@@ -382,49 +393,57 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             vs = vf[at].cpu().numpy()
             return vs, None if s is None else s[at].cpu().numpy()
 
+        def thr(ve: np.ndarray, se: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+            if se is None or bound is None:
+                return np.full(ve.size, float(self.t_bits)), np.full(ve.size, self.t_bits / 2)
+            mant = bf16.MANT if low else 23
+            return thresholds(ve, se, bound.k, self.t_bits, bound.k_sum, mant=mant)
+
+        dist = bf16.distance if low else boundary_distance
         use_m = self.replaying
         if bound is None:
             t = self.t_bits // 2 if use_m else self.t_bits
-            cand = devscan.candidates(vf, t).cpu().numpy()
-            vc, _ = host(cand)
+            cand = devscan.candidates(vf, t, bf16=low).cpu().numpy()
+        else:
+            t = bound_cap(self.t_bits) // (2 if use_m else 1)
+            coef = (C_MISSING, 0.0) if use_m else (C_RECORD, 2.0)
+            k = (bound.k, bound.k_sum)
+            cand = devscan.candidates(vf, t, s, k, coef, bf16=low).cpu().numpy()
+        vc, sc = host(cand)
+        if low:
+            sub = np.flatnonzero(dist(vc) <= thr(vc, sc)[1 if use_m else 0])
+        elif bound is None:
             sub = _band(vc, t)[1]
         else:
-            cap = bound_cap(self.t_bits) // (2 if use_m else 1)
-            coef = (C_MISSING, 0.0) if use_m else (C_RECORD, 2.0)
-            cand = devscan.candidates(vf, cap, s, (bound.k, bound.k_sum), coef).cpu().numpy()
-            vc, sc = host(cand)
             assert sc is not None
             given = Bound.given(bound.k, sc, bound.k_sum)
             sub = self._scan_bounded(vc, given.s(), given, use_m)[1]
         flagged = cand[sub]
+        what = "bfloat16" if low else "float32"
         if not self.replaying:
             if flagged.size:
                 vi = vc[sub]
-                ups = (vi.astype(np.float32) + np.float32(0.0)).astype(np.float64) > vi
-                self._note(site, flagged, ups, boundary_distance(vi))
+                ri = bf16.rne(vi) if low else vi.astype(np.float32) + np.float32(0.0)
+                self._note(site, flagged, ri.astype(np.float64) > vi, dist(vi))
         else:
             elems, ups = self._given.get(site, (_EMPTY, _EMPTY_B))
 
             def far(e: np.ndarray) -> np.ndarray:
                 ve, se = host(e)
-                if se is None or bound is None:
-                    t_e = np.full(e.size, float(self.t_bits))
-                else:
-                    t_e = thresholds(ve, se, bound.k, self.t_bits, bound.k_sum)[0]
-                out: np.ndarray = boundary_distance(ve) > 2 * t_e
+                out: np.ndarray = dist(ve) > 2 * thr(ve, se)[0]
                 return out
 
-            _check_entries(site, vf.numel(), elems, far, "float32")
-            _check_missing(site, flagged, elems, "float32")
+            _check_entries(site, vf.numel(), elems, far, what)
+            _check_missing(site, flagged, elems, what)
             if elems.size:  # a neighbour may be a zero: +0, as every site's zero (SPEC VI §2)
                 ve, _ = host(elems)
-                re = ve.astype(np.float32) + np.float32(0.0)
-                nb = _neighbour(re, ve, ups) + np.float32(0.0)
+                if low:
+                    nb = bf16.neighbour(bf16.rne(ve), ve, ups)
+                else:
+                    nb = _neighbour(ve.astype(np.float32) + np.float32(0.0), ve, ups)
+                    nb = nb + np.float32(0.0)
                 r[torch.from_numpy(elems).to(vf.device)] = torch.from_numpy(nb).to(vf.device)
-        r = r.view(v.shape)
-        if v.is_contiguous():
-            return r
-        return torch.empty_strided(v.shape, v.stride(), dtype=_F32, device=v.device).copy_(r)
+        return r
 
     def _note(self, site: int, idx: np.ndarray, ups: np.ndarray, dist: np.ndarray) -> None:
         """Record entries of one site (SPEC VI §2), within the log's entry limit (§3)."""
