@@ -2,7 +2,8 @@
 
     python bench/device_check.py OUT [PART,...] [--steps N]
 
-Parts (default: ``env,ieee,rounded,seeds,bf16,foreach,h100,exact,bundle,sizes``, in that order):
+Parts (default: ``env,ieee,rounded,seeds,bf16,foreach,h100,devscan,exact,bundle,sizes``, in
+that order):
 
 * ``env``: torch, CUDA device, CPU, numba.
 * ``ieee``: which of the GPU's float32 kernels are correctly rounded (IEEE-754) on 2^20 random
@@ -33,6 +34,8 @@ Parts (default: ``env,ieee,rounded,seeds,bf16,foreach,h100,exact,bundle,sizes``,
   (a GPU type other than the recording's).
 * ``sizes``: ``bench_rounded``'s figures (training / plain, replay / training, log / checkpoint)
   on the GPU, LM widths 64 to 1024 and ResNet widths 8 to 32.
+* ``devscan``: the device scan on the GPU against the CPU scan, on adversarial sites (the
+  sites of ``tests/unit/rounded/test_devscan.py``), recording and replaying forged logs.
 * ``profile`` (not in the default): torch.profiler's operator table of a rounded CUDA interval
   (LM width 1024), by self CUDA and self CPU time, in ``OUT/profile.txt``.
 * ``diag`` (not in the default): where a CUDA recording and a CPU replay of its log first
@@ -751,6 +754,66 @@ def part_profile(steps: int) -> None:
     check("profile", "lm_1024", True, f"{len(ka)} operators")
 
 
+def part_devscan() -> None:
+    """``devscan.py`` on this GPU against the CPU scan: the adversarial sites of
+    ``tests/unit/rounded/test_devscan.py`` (near and exactly at thresholds, ties, zeros of both
+    signs, infinities, NaNs, subnormals, values rounding to infinity; bounds with NaN, inf and
+    zero ``S``), float32 and bfloat16, recorded on CUDA tensors (the device path) and on CPU
+    tensors (the host path): the same entries and bits (NaNs compared as NaN, their bit
+    patterns reported); honest, all-flipped and dropped-entry logs replayed on both."""
+    import torch
+
+    sys.path.insert(0, str(ROOT / "tests" / "unit" / "rounded"))
+    import test_devscan as td  # type: ignore[import-not-found]
+
+    from dk.errors import FormatError
+    from dk.pol.backends import devscan
+    from dk.pol.backends.log import RoundingLog
+    from dk.pol.backends.rounded import RoundedMode
+
+    dev = _dev("cuda")
+
+    def run(sites: Any, dt: Any, on_gpu: bool, log: Any = None) -> Any:
+        m = RoundedMode.record(job_id=JOB_ID, interval=0) if log is None else (
+            RoundedMode.replay(log))  # fmt: skip
+        m.device_scan = on_gpu  # on CUDA tensors the default; with DK_DEVICE_GPU=cpu, forced
+        try:
+            outs = [m.round_site(v.to(dev) if on_gpu else v, "s", b, dtype=dt) for v, b in sites]
+        except FormatError as e:
+            return e.reason, None
+        res = [o.cpu().float().numpy().reshape(-1) for o in outs]
+        return (m.finish() if log is None else None), res
+
+    for dt in (torch.float32, torch.bfloat16):
+        low = dt == torch.bfloat16
+        for seed in range(4):
+            sites = td._sites(seed, low)
+            before = sum(devscan.calls.values())
+            log_g, out_g = run(sites, dt, True)
+            ran = sum(devscan.calls.values()) - before
+            log_c, out_c = run(sites, dt, False)
+            nan_bits = same_num = 0
+            for a, c in zip(out_g, out_c, strict=True):
+                same_num += int(np.count_nonzero(~_same_numbers(a, c)))
+                nan_bits += int(np.count_nonzero(np.isnan(a) & (_bits(a) != _bits(c))))
+            name = f"{'bf16' if low else 'f32'}_seed{seed}"
+            ok = ran > 0 and log_g.entries == log_c.entries and same_num == 0
+            detail = {"device_scans": ran, "entries": len(log_c.entries),
+                      "values_differing": same_num, "nan_bits_differing": nan_bits}  # fmt: skip
+            check("devscan", f"{name}_record", ok, detail)
+            es = list(log_c.entries)
+            forged = {"honest": es, "flip_all": [(a, b, 1 - u) for a, b, u in es],
+                      "drop_first": es[1:]}  # fmt: skip
+            for how, entries in forged.items():
+                lg = RoundingLog(**{**vars(log_c), "entries": entries})
+                rg, og = run(sites, dt, True, lg)
+                rc, oc = run(sites, dt, False, lg)
+                same = rg == rc and (og is None) == (oc is None)
+                if same and og is not None:
+                    same = all(_same_numbers(a, c).all() for a, c in zip(og, oc, strict=True))
+                check("devscan", f"{name}_replay_{how}", same, {"gpu": rg, "cpu": rc})
+
+
 # -- bundle --------------------------------------------------------------------------------
 
 
@@ -798,8 +861,8 @@ def main(argv: list[str]) -> int:
     global OUT
     OUT = Path(argv[0])
     OUT.mkdir(parents=True, exist_ok=True)
-    default = ["env", "ieee", "rounded", "seeds", "bf16", "foreach", "h100", "exact", "bundle",
-               "sizes"]  # fmt: skip
+    default = ["env", "ieee", "rounded", "seeds", "bf16", "foreach", "h100", "devscan", "exact",
+               "bundle", "sizes"]  # fmt: skip
     parts = argv[1].split(",") if len(argv) > 1 and not argv[1].startswith("-") else default
     steps = int(argv[argv.index("--steps") + 1]) if "--steps" in argv else 4
     os.environ["DK_DEVICE_STEPS"] = str(steps)
@@ -829,6 +892,7 @@ def main(argv: list[str]) -> int:
         "h100": lambda: part_h100(steps),
         "sizes": lambda: part_sizes(steps),
         "profile": lambda: part_profile(steps),
+        "devscan": part_devscan,
     }
     for p in parts:
         run_part(p, table[p])

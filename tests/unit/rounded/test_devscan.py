@@ -15,7 +15,7 @@ import torch
 from dk.errors import FormatError
 from dk.pol.backends import bf16, devscan, normbounds
 from dk.pol.backends import examples as ex
-from dk.pol.backends.bounds import Bound
+from dk.pol.backends.bounds import Bound, thresholds
 from dk.pol.backends.log import LOG_INVALID, LOG_MISSING, RoundingLog, decode_log
 from dk.pol.backends.rounded import RoundedMode, boundary_distance
 
@@ -25,7 +25,8 @@ JOB = bytes(range(32))
 SPECIAL = np.array(
     [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 5e-324, -1e-310, 1e-40, -3e-39,
      2.0**-149 * 2.5, 2.0**-149 * 7.5 + 2.0**-190, 3.4028235677973366e38, 3.4028235e38 * 1.5,
-     -3.4028235e38 * 1.0000000000001, 2.0**-125, 2.0**-126 * (1 + 2.0**-24), 1.0 + 2.0**-24],
+     -3.4028235e38 * 1.0000000000001, 2.0**-125, 2.0**-126 * (1 + 2.0**-24), 1.0 + 2.0**-24,
+     -(2.0**-150), -(2.0**-150) * (1 + 2.0**-20), -(2.0**-150) * (1 - 2.0**-20)],
     dtype=np.float64,
 )  # fmt: skip
 
@@ -40,11 +41,20 @@ def _values(g: np.random.Generator, n: int, low: bool = False) -> np.ndarray:
     else:
         up = np.nextafter(x, np.float32(np.inf))
     gap = up.astype(np.float64) - x
-    mid = (x.astype(np.float64) + up) / 2 + g.integers(-(2**20), 2**20, n) * 2.0**-29 * gap
+    off = g.integers(-(2**20), 2**20, n)
+    exact = g.random(n) < 0.2  # at D exactly 0 (a tie), t/2, t, t + 1, ... of the default t,
+    off[exact] = g.choice(_EXACT, int(exact.sum()))
+    mid = (x.astype(np.float64) + up) / 2 + off * 2.0**-29 * gap
     with np.errstate(invalid="ignore"):
         v = np.where(g.random(n) < 0.5, mid, x * (1 + g.standard_normal(n) * 2.0**-20))
     v[g.choice(n, SPECIAL.size, replace=False)] = SPECIAL
     return np.ascontiguousarray(v)
+
+
+T = 1 << 19  # the default t (k = 10) in units of 2^-29 gap
+# ... and at the bounded cap and its half (SPEC VI §2: T_cap = 2^26)
+_EXACT = np.array([0, T // 2, T // 2 + 1, T, T + 1, 2 * T, 2 * T + 1, 1 << 25, 1 << 26])
+_EXACT = np.concatenate([_EXACT, -_EXACT])
 
 
 def _bound(g: np.random.Generator, v: np.ndarray) -> Bound:
@@ -140,11 +150,30 @@ def test_replay_and_forgeries_equal_cpu_scan(seed: int, dtype: torch.dtype) -> N
     i = min(at0, key=lambda j: int(dist[entries[j][1]]))
     site, e, up = entries[i]  # the nearest: within t/2, so its entry is required
     far = int(np.flatnonzero(dist > 2**27)[0])
+    logged = {(sx, ex_) for sx, ex_, _ in entries}
+    # an entry the verifier does not demand (t/2 < D <= t; a bounded site: m_e < D), dropped
+    optional = [j for j in at0 if dist[entries[j][1]] > T // 2]
+    vb, bound = sites[1][0].contiguous().numpy().reshape(-1), sites[1][1]
+    assert bound is not None
+    m_b = thresholds(vb, bound.s(), bound.k, T, bound.k_sum, mant=7 if low else 23)[1]
+    dist_b = (bf16.distance if low else boundary_distance)(vb)
+    optional += [j for j, (sx, ex_, _) in enumerate(entries) if sx == 1 and dist_b[ex_] > m_b[ex_]]
+    assert len(optional) >= 2
+    # an element the worker need not log but may (t < D <= 2t): an extra entry is accepted
+    extra = next(
+        int(x) for x in np.flatnonzero((dist > T) & (dist <= 2 * T)) if (0, x) not in logged
+    )
     cases = {
         "honest": entries,
         "flipped": [*entries[:i], (site, e, 1 - up), *entries[i + 1 :]],
+        "flip_all": [(sx, ex_, 1 - u) for sx, ex_, u in entries],
         "dropped": entries[:i] + entries[i + 1 :],
+        "optional_dropped": [en for j, en in enumerate(entries) if j not in set(optional)],
+        "extra": sorted([*entries, (0, extra, 1)]),
         "far": sorted({*entries, (site, far, 0)} - {(site, far, 1)}),
+        "far_and_dropped": sorted(
+            {*entries[:i], *entries[i + 1 :], (site, far, 0)} - {(site, far, 1)}
+        ),
         "beyond": [*entries, (len(sites) - 1, 10**6, 0)],
     }
     results = {}
@@ -162,7 +191,9 @@ def test_replay_and_forgeries_equal_cpu_scan(seed: int, dtype: torch.dtype) -> N
         np.array_equal(a, b) for a, b in zip(results["flipped"], results["honest"], strict=True)
     )
     assert results["dropped"] == LOG_MISSING
-    assert results["far"] == LOG_INVALID and results["beyond"] == LOG_INVALID
+    assert results["far"] == results["far_and_dropped"] == results["beyond"] == LOG_INVALID
+    for name in ("optional_dropped", "extra", "flip_all"):
+        assert not isinstance(results[name], str), name  # accepted
 
 
 @contextlib.contextmanager
@@ -205,3 +236,16 @@ def test_training_interval_same_log_and_state(kind: str, precision: str) -> None
         want = st_c[k].reshape(-1).view(np.uint8)
         np.testing.assert_array_equal(st_d[k].reshape(-1).view(np.uint8), want)
         np.testing.assert_array_equal(st_r[k].reshape(-1).view(np.uint8), want)
+
+
+@pytest.mark.parametrize("low", [False, True])
+def test_candidates_are_few(low: bool) -> None:
+    """On values with no bias toward boundaries the candidates are about the ``2t/2^29`` share
+    of elements the bit test admits (plus tiny values), not the whole site."""
+    g = np.random.default_rng(11)
+    v = torch.from_numpy(g.standard_normal(1 << 18) * np.exp2(g.integers(-60, 60, 1 << 18)))
+    n = devscan.candidates(v, T, bf16=low).numel()
+    assert 0 < n < 4 * (2 * T / 2**29) * v.numel()
+    cap = devscan.candidates(v, 1 << 26, bf16=low).numel()  # the bit test at the cap alone
+    nb = devscan.candidates(v, 1 << 26, v.abs() * 1024, (64, 64), (2.5, 2.0), bf16=low).numel()
+    assert nb < cap // 100 and (low or nb > 0)

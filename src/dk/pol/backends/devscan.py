@@ -13,6 +13,10 @@ its bound ``S`` as many again), and its float32 rounding go back: on an H200 tho
   on the device and widened (``_SLACK``), so that no rounding difference of the device's
   float64 arithmetic can drop an element; and every tiny nonzero value.
 
+Thresholds stay below ``2^28`` (``τ ≤ 2^-6``, SPEC VI §3), so a value the CPU rule never flags
+(zero, NaN, infinity: distance ``2^28``) needs no care here. A NaN result is a NaN on both
+paths, its sign and payload unspecified (SPEC VI §1; a NaN checkpoint is rejected anyway).
+
 The caller gathers the candidates' values (and ``S``) to the host and makes the decisions there
 with the CPU's own functions (``_band``, ``bounded_scan``), element by element: a decision
 depends on its element alone, so the decisions on the candidates are the CPU scan's, and every

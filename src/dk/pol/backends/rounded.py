@@ -55,6 +55,8 @@ from dk.pol.backends.log import (
     LOG_MISSING,
     MAX_ENTRIES,
     MAX_SITES,
+    MAX_TAU_LOG2,
+    MIN_TAU_LOG2,
     TAG_TRACE,
     TRACE_MISMATCH,
     RoundingLog,
@@ -139,6 +141,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         self, *, job_id: bytes, interval: int, tau_log2: int, log: RoundingLog | None
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch: TorchDispatchMode is untyped
+        if not MIN_TAU_LOG2 <= tau_log2 <= MAX_TAU_LOG2:  # SPEC VI §3; also keeps t < 2^28
+            raise ValueError(f"rounded backend: tau_log2 {tau_log2} outside [6, 24]")
         self.job_id, self.interval, self.tau_log2 = job_id, interval, tau_log2
         self.t_bits = 1 << (29 - tau_log2)  # τ = 2^-k of a gap = 2^(29-k) units of 2^-29
         self.replaying = log is not None
