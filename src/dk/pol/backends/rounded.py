@@ -393,6 +393,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         s = None if bound is None else bound.s_tensor(vf.device)
 
         def host(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+            if not idx.size:  # no gather, no copy
+                return np.empty(0), None if s is None else np.empty(0)
             at = torch.from_numpy(idx).to(vf.device)
             vs = vf[at].cpu().numpy()
             return vs, None if s is None else s[at].cpu().numpy()
