@@ -433,16 +433,18 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                 self._note(site, flagged, ri.astype(np.float64) > vi, dist(vi))
         else:
             elems, ups = self._given.get(site, (_EMPTY, _EMPTY_B))
+            gathered: list[np.ndarray] = []  # the entries' values, once checked in range
 
             def far(e: np.ndarray) -> np.ndarray:
                 ve, se = host(e)
+                gathered.append(ve)
                 out: np.ndarray = dist(ve) > 2 * thr(ve, se)[0]
                 return out
 
             _check_entries(site, vf.numel(), elems, far, what)
             _check_missing(site, flagged, elems, what)
             if elems.size:  # a neighbour may be a zero: +0, as every site's zero (SPEC VI §2)
-                ve, _ = host(elems)
+                ve = gathered[0]
                 if low:
                     nb = bf16.neighbour(bf16.rne(ve), ve, ups)
                 else:
