@@ -63,7 +63,9 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
     aten = _variant(kind, cfg, fast_kernels=False)[0]
     with _unblocked():
         unblocked = _variant(kind, cfg)[0]
-    with _whole_s():
+    from dk.pol.backends import normbounds
+
+    with normbounds.off():  # every S from the operation on absolute values
         whole_s = _variant(kind, cfg)[0]
     from dk.pol.backends import elementwise
 
@@ -150,20 +152,6 @@ def _variant(
     rec = mode(1)
     t = _timed(b, lambda: rec, warm=False)
     return t, rec, rec.finish(), b
-
-
-@contextlib.contextmanager
-def _whole_s() -> Iterator[None]:
-    """Every bounded site's ``S`` by the operation on absolute values, no norm bounds (as
-    before ``normbounds.py``; the same logs, SPEC VI §1)."""
-    from dk.pol.backends import normbounds
-
-    saved = normbounds.norm_bound
-    normbounds.norm_bound = lambda *a: None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        normbounds.norm_bound = saved
 
 
 @contextlib.contextmanager

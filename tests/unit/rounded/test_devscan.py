@@ -5,7 +5,6 @@ tensors (``RoundedMode.device_scan = True``); ``bench/device_check.py`` runs it 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -196,18 +195,6 @@ def test_replay_and_forgeries_equal_cpu_scan(seed: int, dtype: torch.dtype) -> N
         assert not isinstance(results[name], str), name  # accepted
 
 
-@contextlib.contextmanager
-def _no_norm_bounds() -> Iterator[None]:
-    """Every bounded site's ``S`` from the operation on absolute values (as on a GPU: the norm
-    bounds are the CPU's)."""
-    saved = normbounds.norm_bound
-    normbounds.norm_bound = lambda *a: None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        normbounds.norm_bound = saved
-
-
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("kind", ["resnet", "lm"])
 def test_training_interval_same_log_and_state(kind: str, precision: str) -> None:
@@ -224,7 +211,7 @@ def test_training_interval_same_log_and_state(kind: str, precision: str) -> None
             ex.train(b, range(3), lambda: m)
         return m.finish().encode(), ex.state_tensors(b["model"], b["opt"])
 
-    with _no_norm_bounds():
+    with normbounds.off():  # as on a GPU: every S from the operation on absolute values
         before = devscan.calls.copy()
         log_d, st_d = run(True)
         ran = devscan.calls - before
