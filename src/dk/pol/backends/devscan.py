@@ -6,7 +6,8 @@ its bound ``S`` as many again), and its float32 rounding go back: on an H200 tho
 88 % of a rounded LM interval's GPU time. Here the device does the bulk of the work:
 
 * :func:`round32` rounds the site to float32 on the device (IEEE-754 round to nearest even,
-  as NumPy's cast; a zero becomes +0, SPEC VI §2);
+  as NumPy's cast; a zero becomes +0, SPEC VI §2), :func:`round_bf16` to bfloat16 (under
+  autocast) as ``bf16.rne`` does;
 * :func:`candidates` selects, on the device, a *superset* of the elements that the CPU scan
   would flag: the exact bit test of SPEC VI §2 for a threshold ``t`` (integer arithmetic, the
   same on every device), or, for a bounded site, the per-element threshold computed in float64

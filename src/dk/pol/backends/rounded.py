@@ -157,9 +157,9 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         # convolutions) on the CPU; False: ATen's float64 kernels (tests, comparisons). Any
         # summation order replays a bounded site, so either side may use either.
         self.fast_kernels = True
-        # float32 sites scanned on their own device (devscan.py): None on devices other than
-        # the CPU, True everywhere (tests: the device path on CPU tensors), False nowhere. The
-        # log and the values are the same either way; only the host copies differ.
+        # sites scanned on their own device (devscan.py): None on devices other than the CPU,
+        # True everywhere (tests: the device path on CPU tensors), False nowhere. The log and
+        # the values are the same either way; only the host copies differ.
         self.device_scan: bool | None = None
         self.error: Exception | None = None
         # (name, shape) of each site, when a recorder compares steps (recording.py)
