@@ -1,6 +1,7 @@
 """The device scan (``devscan.py``): a float32 or bfloat16 site scanned on its own device gives
-scan's log, values and verdicts, bit for bit. CI has no GPU, so the device path runs here on CPU
-tensors (``RoundedMode.device_scan = True``); ``bench/device_check.py`` runs it on CUDA."""
+the CPU scan's log, values and verdicts, bit for bit. CI has no GPU, so the device path runs
+here on CPU tensors (``RoundedMode.device_scan = True``); ``bench/device_check.py`` runs it on
+CUDA."""
 
 from __future__ import annotations
 
