@@ -46,10 +46,11 @@ class Sampler:
 
     def interval_indices(self, start: int, end: int) -> np.ndarray:
         """Concatenated indices of steps ``start .. end-1``."""
-        (e0, p0), (e1, p1) = self.state(start), self.state(end - 1)
-        if end > start and e0 == e1:  # one epoch: consecutive batches of one permutation
-            b = self.batch_size
-            return epoch_permutation(self.seed, e0, self.n)[p0 * b : (p1 + 1) * b].astype("<i8")
+        if end > start:
+            (e0, p0), (e1, p1) = self.state(start), self.state(end - 1)
+            if e0 == e1:  # one epoch: consecutive batches of one permutation
+                perm = epoch_permutation(self.seed, e0, self.n)
+                return perm[p0 * self.batch_size : (p1 + 1) * self.batch_size].astype("<i8")
         return np.concatenate([self.batch(t) for t in range(start, end)]).astype("<i8")
 
     def batch_commitment(self, interval: int, start: int, end: int) -> bytes:

@@ -29,19 +29,18 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numba
 import numpy as np
 import torch
 
+from dk.pol.backends._switch import Switch
+
 _F32 = torch.float32
 
 # Number of operations each kernel answered (tests prove the fast path ran).
 calls: Counter[str] = Counter()
-_on = True  # False inside off()
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -169,7 +168,7 @@ def split(base: str, s: Any, a: Any, b: Any, scalar: Any, into: torch.Tensor | N
     """
     w = _f32(scalar)
     kernel = _SPLIT.get(base)
-    if not _on or w is None or kernel is None or not isinstance(s, torch.Tensor):
+    if not _switch.on or w is None or kernel is None or not isinstance(s, torch.Tensor):
         return None
     tensors = [s, a] if b is None else [s, a, b]
     out = _target(tensors, into)
@@ -183,7 +182,7 @@ def split(base: str, s: Any, a: Any, b: Any, scalar: Any, into: torch.Tensor | N
 def rounded64(base: str, a: Any, b: Any, into: torch.Tensor | None) -> Any:
     """``div`` (by a tensor of ``a``'s shape or a number), ``sqrt`` or ``reciprocal`` of a
     float32 tensor, computed in float64 and rounded once, in one pass; or None (not taken)."""
-    if not _on or not isinstance(a, torch.Tensor) or base not in _ROUNDED:
+    if not _switch.on or not isinstance(a, torch.Tensor) or base not in _ROUNDED:
         return None
     if base == "div" and not isinstance(b, torch.Tensor):  # by a number: f64(f32(b))
         c = _f32(b)
@@ -201,13 +200,7 @@ def rounded64(base: str, a: Any, b: Any, into: torch.Tensor | None) -> Any:
     return out
 
 
-@contextmanager
-def off() -> Iterator[None]:
-    """Within the block, :func:`split` and :func:`rounded64` take nothing: ``split.py`` runs
-    its torch chains (the same bits; for comparisons and benchmarks). Process-wide."""
-    global _on
-    saved, _on = _on, False
-    try:
-        yield
-    finally:
-        _on = saved
+_switch = Switch()
+#: Within ``with off():`` :func:`split` and :func:`rounded64` take nothing: ``split.py`` runs its
+#: torch chains (the same bits; for comparisons and benchmarks). Process-wide.
+off = _switch.off

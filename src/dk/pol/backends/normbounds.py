@@ -21,10 +21,8 @@ both the bound's roundings and those of ``S`` computed in float64.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -32,10 +30,10 @@ import torch
 import torch.nn.functional as F
 from torch.nn.grad import conv2d_input
 
+from dk.pol.backends._switch import Switch
 from dk.pol.backends.bounds import AbsOp, Bound
 
 _F64 = torch.float64
-_on = True  # off(): no norm bounds
 _INFLATE = 2.0**-20  # (1 + K·2^-20): the bound's float64 roundings and S's own
 # Smallest operation (multiply-adds) bounded from norms: below, the pass on absolute values
 # costs less than the norms' fixed costs (measured: ResNet width 8, 2.4 M multiply-adds per
@@ -375,7 +373,7 @@ def norm_bound(
     caller's plain :class:`Bound`): CPU float32 ``mm``, ``bmm``, ``addmm``, ``baddbmm`` with
     real scalars, and 2-D ``convolution`` / ``convolution_backward`` that are not
     transposed, with positional arguments."""
-    if not _on:
+    if not _switch.on:
         return None
     if name in _PRODUCTS:
         return _product(name, args, kwargs, k, k_sum, shared)
@@ -399,14 +397,8 @@ def norm_bound(
     return None
 
 
-@contextlib.contextmanager
-def off() -> Iterator[None]:
-    """Within the block every bounded site's ``S`` comes from the operation on absolute values
-    (``bounds.AbsOp``), as on a GPU: no norm bounds. The same logs (SPEC VI §1); for
-    measurements and tests. Process-wide."""
-    global _on
-    saved, _on = _on, False
-    try:
-        yield
-    finally:
-        _on = saved
+_switch = Switch()
+#: Within ``with off():`` every bounded site's ``S`` comes from the operation on absolute values
+#: (``bounds.AbsOp``), as on a GPU: no norm bounds. The same logs (SPEC VI §1); for
+#: measurements and tests. Process-wide.
+off = _switch.off
