@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import numpy as np
 import pytest
@@ -14,7 +13,9 @@ import torch.multiprocessing as mp
 from dk.compress import CompressedSGDStep, ddp_hook, parse_codec
 
 STEPS = 3
-pytestmark = pytest.mark.slow  # two spawned processes importing torch: ~20-30 s
+# Two spawned processes importing torch: ~20-30 s. One xdist worker runs the whole module, so
+# the job below runs once, not once per worker that draws one of its tests.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ddp")]
 
 
 def _data(rank: int, t: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,10 +37,11 @@ def _local_grad(weight: torch.Tensor, rank: int, t: int) -> np.ndarray:
     return m.weight.grad.numpy().reshape(-1).copy()
 
 
-def _worker(rank: int, port: int, specs: list[str], out_dir: str) -> None:
+def _worker(rank: int, store: str, specs: list[str], out_dir: str) -> None:
     torch.set_num_threads(1)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    # A file store, not a TCP port: a port picked by binding and closing a socket can be
+    # taken by another job before rank 0 listens on it (CI once saw a rank abort that way).
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     try:
         for i, spec in enumerate(specs):
             _train(rank, spec, os.path.join(out_dir, f"{i}-rank{rank}.npz"))
@@ -76,10 +78,7 @@ SPECS = ["topk:0.1", "qsgd:levels=4,block=16,seed=3", "powersgd:rank=1,start_ite
 def runs(tmp_path_factory) -> dict[str, list[dict]]:
     """Train every spec in one two-process gloo job (spawning costs most of the time)."""
     out = tmp_path_factory.mktemp("ddp")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_worker, args=(port, SPECS, str(out)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(str(out / "store"), SPECS, str(out)), nprocs=2, join=True)
     return {
         spec: [dict(np.load(out / f"{i}-rank{r}.npz")) for r in range(2)]
         for i, spec in enumerate(SPECS)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -35,12 +34,6 @@ def _setup(tmp: Path) -> tuple[Any, Path, Path]:
     return job, tmp / "job.toml", keys
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _env(**extra: str) -> dict[str, str]:
     env = dict(os.environ, PYTHONPATH=SRC, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
     env.update(extra)
@@ -52,7 +45,7 @@ def _torchrun(
 ) -> subprocess.CompletedProcess[str]:
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-        "--master-addr", "127.0.0.1", "--master-port", str(_free_port()),
+        "--standalone",  # torchrun's own store on a port the kernel picks: no port race
         "-m", "dk.dist.launch", str(job_file), "--out", str(out), "--key-dir", str(keys),
         "--timeout", "60",
     ]  # fmt: skip
