@@ -14,14 +14,13 @@ Deterministic (fixed values, no clock); ``python -m vectors.gen rounding``. Chec
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dk.pol.backends.log import RoundingLog, log_digest
+from dk.pol.backends.log import FIXED_HEADER_SIZE, RoundingLog, _varint, log_digest
 from dk.vectors import write_cases
 
 JOB = bytes(range(32))
@@ -57,36 +56,49 @@ def _log_cases() -> list[dict[str, Any]]:
         cases.append({"comment": comment, "result": "valid", "log": _as_dict(log),
                       "blob": blob.hex(), "digest": log_digest(blob).hex()})  # fmt: skip
     good = _log(entries=[(0, 0, 0), (0, 1, 1), (3, 7, 1)]).encode()
-    h = 96
+    h = FIXED_HEADER_SIZE + 3  # interval 0, sites 4 and count 3 take one byte each
+    # good[h:]: group of site 0 (delta 0, size 2·1 + d_1 0, e_1 0, r 0, bits 1 0 then padding:
+    # 0x80), group of site 3 (delta 3, size 2·0 + d_1 1, e_1 7)
+    assert good[h:] == bytes([0, 2, 0, 0, 0x80, 3, 1, 7])
+
+    def head(interval: int = 0, sites: int = 4, count: int = 3) -> bytes:
+        return good[:FIXED_HEADER_SIZE] + _varint(interval) + _varint(sites) + _varint(count)
+
     bad = [
         ("bad magic", b"DKRX" + good[4:]),
         ("version 1 (the varint entries of the draft)", good[:4] + b"\x01" + good[5:]),
         ("version 2 (every threshold the job's t)", good[:4] + b"\x02" + good[5:]),
         ("version 3 (convolutions summed in one block)", good[:4] + b"\x03" + good[5:]),
         ("version 4 (fused attention, torch's sqrt)", good[:4] + b"\x04" + good[5:]),
+        ("version 5 (u64 header fields, r and bits in every group)",
+         good[:4] + b"\x05" + good[5:]),
         ("precision 2", good[:5] + b"\x02" + good[6:]),
         ("tau_log2 5", good[:6] + b"\x05" + good[7:]),
         ("tau_log2 25", good[:6] + b"\x19" + good[7:]),
         ("reserved byte set", good[:7] + b"\x01" + good[8:]),
-        ("short header", good[:95]),
+        ("short header", good[: h - 1]),
         ("trailing byte", good + b"\x00"),
         ("truncated entry", good[:-1]),
-        ("count above the entries present", good[:88] + struct.pack("<Q", 4) + good[96:]),
-        ("count above MAX_ENTRIES", good[:88] + struct.pack("<Q", 2**24 + 1) + good[96:]),
-        ("sites above 2^40", good[:48] + struct.pack("<Q", 2**40 + 1) + good[56:]),
-        ("site 3 not below sites = 3", good[:48] + struct.pack("<Q", 3) + good[56:]),
+        ("count above the entries present", head(count=4) + good[h:]),
+        ("count above MAX_ENTRIES", head(count=2**24 + 1) + good[h:]),
+        ("sites above 2^40", head(sites=2**40 + 1) + good[h:]),
+        ("site 3 not below sites = 3", head(sites=3) + good[h:]),
+        ("interval 2^63", head(interval=2**63) + good[h:]),
         ("non-minimal varint (0x80 0x00)", good[:h] + b"\x80\x00" + good[h + 1 :]),
         ("varint of 11 bytes", good[:h] + b"\xff" * 10 + b"\x01" + good[h + 1 :]),
-        ("padding bit set", good[:h + 4] + b"\x41" + good[h + 5 :]),
+        ("non-minimal varint in the header (count 0x83 0x00)",
+         good[: h - 1] + b"\x83\x00" + good[h:]),
+        ("padding bit set", good[:h + 4] + b"\x81" + good[h + 5 :]),
         ("Rice parameter 1 where the gaps give 0", good[:h + 3] + b"\x01" + good[h + 4 :]),
         ("Rice parameter 48", good[:h + 3] + b"\x30" + good[h + 4 :]),
-        ("element 2^51", _log(entries=[]).encode()[:88] + struct.pack("<Q", 1) + b"\x00\x00"
-         + bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x04]) + b"\x00\x80"),
-        ("gaps summing past 2^48", _log(entries=[]).encode()[:88] + struct.pack("<Q", 2)
-         + b"\x00\x01" + bytes([0xFF] * 6 + [0x3F]) + b"\x00" + b"\x3f" + b"\xff" * 6 + b"\x80"),
+        ("element 2^51", head(count=1) + b"\x00\x00"
+         + bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x04])),
+        ("gaps summing past 2^48", head(count=2) + b"\x00\x02"
+         + bytes([0xFF] * 6 + [0x3F]) + b"\x00\x00"),
         ("two groups of one site (site delta 0 after the first group)",
-         good[:88] + struct.pack("<Q", 3) + bytes([0, 0, 0, 0, 0] * 2)),
-        ("group larger than the entries left", good[:h + 1] + b"\x05" + good[h + 2 :]),
+         head(count=2) + bytes([0, 0, 0] * 2)),
+        ("group larger than the entries left", good[:h + 1] + b"\x06" + good[h + 2 :]),
+        ("group of one entry followed by an r byte", head(count=1) + bytes([0, 0, 0, 0])),
     ]  # fmt: skip
     for comment, blob in bad:
         cases.append({"comment": comment, "result": "invalid", "blob": blob.hex(),

@@ -4,7 +4,10 @@ correctly rounded division and square root, +0 site zeros, and the pinned compos
 ``data/h100_logs.npz`` was recorded by ``bench/device_check.py`` (part ``rounded``) on an NVIDIA
 H100 (torch 2.11.0+cu130, an Intel Xeon host): for the ResNet and tiny-LM examples, the initial
 weights, the rounding log of 4 training steps on CUDA and the root of the CUDA run's end state.
-CI has no GPU; these tests replay the CUDA runs here, on the CPU, on 1 and 2 threads.
+The logs were recorded as version 5 and re-encoded as version 6 (SPEC VI §3: the same header
+fields and entries in fewer bytes) by decoding them with version 5's decoder and encoding the
+result with version 6's; nothing else in the file changed. CI has no GPU; these tests replay the
+CUDA runs here, on the CPU, on 1 and 2 threads.
 """
 
 from __future__ import annotations

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 
 from dk.errors import FormatError
 from dk.pol.backends.log import (
-    HEADER_SIZE,
+    FIXED_HEADER_SIZE,
     LOG_MALFORMED,
     LOG_MISMATCH,
     MAX_ENTRIES,
@@ -27,24 +25,31 @@ def _log(**kw: object) -> RoundingLog:
     return RoundingLog(**{**base, **kw})  # type: ignore[arg-type]
 
 
+H = FIXED_HEADER_SIZE + 3  # _log()'s interval 2, sites 10 and count 4: one varint byte each
+
+
 def test_round_trip_and_layout() -> None:
     log = _log()
     blob = log.encode()
     assert decode_log(blob) == log
-    assert blob[:8] == b"DKRL\x05\x01\x0c\x00" and blob[8:40] == JOB
-    assert struct.unpack_from("<QQ", blob, 40) == (2, 10)
-    assert struct.unpack_from("<Q", blob, 88) == (4,)
-    # group of site 0: delta 0, 2 entries (n - 1 = 1), first element 0, r = 2 (one gap of
-    # 5 - 0 - 1 = 4), bits: directions 1 0, gap 4 = unary 1, 0, low bits 00, padding 00 (0xA0);
-    # group of site 3: delta 3, 1 entry, element 1000 (0xE8 0x07), r = 0, bits 1 + padding
-    assert blob[HEADER_SIZE : HEADER_SIZE + 11] == bytes(
-        [0, 1, 0, 2, 0xA0, 3, 0, 0xE8, 0x07, 0, 0x80]
+    assert blob[:8] == b"DKRL\x06\x01\x0c\x00" and blob[8:40] == JOB
+    assert blob[40:72] == b"\x07" * 32 and blob[72:H] == bytes([2, 10, 4])
+    # group of site 0: delta 0, 2 entries and first direction 1 (2·1 + 1 = 3), first element 0,
+    # r = 2 (one gap of 5 - 0 - 1 = 4), bits: direction 0, gap 4 = unary 1, 0, low bits 00,
+    # padding 000 (0x40); group of site 3: delta 3, 1 entry and direction 1 (2·0 + 1),
+    # element 1000 (0xE8 0x07), no r and no bits; group of site 9: delta 6, size 0, 2^40 (5 × 0x80, 0x20)
+    assert blob[H:] == bytes([0, 3, 0, 2, 0x40, 3, 1, 0xE8, 0x07, 6, 0]) + bytes(
+        [0x80] * 5 + [0x20]
     )
 
 
 def test_empty_log() -> None:
     log = _log(entries=[], sites=0)
-    assert decode_log(log.encode()) == log and len(log.encode()) == HEADER_SIZE
+    assert decode_log(log.encode()) == log and len(log.encode()) == FIXED_HEADER_SIZE + 3
+
+
+def _head(b: bytes, interval: int = 2, sites: int = 10, count: int = 4) -> bytes:
+    return b[:FIXED_HEADER_SIZE] + bytes([interval, sites, count])
 
 
 @pytest.mark.parametrize(
@@ -54,17 +59,20 @@ def test_empty_log() -> None:
         lambda b: b[:4] + b"\x01" + b[5:],  # version 1 (the draft's varint entries)
         lambda b: b[:4] + b"\x02" + b[5:],  # version 2 (fixed thresholds everywhere)
         lambda b: b[:4] + b"\x03" + b[5:],  # version 3 (convolutions not blocked)
+        lambda b: b[:4] + b"\x05" + b[5:],  # version 5 (u64 header fields, r in every group)
         lambda b: b[:5] + b"\x02" + b[6:],  # precision
         lambda b: b[:6] + b"\x05" + b[7:],  # tau_log2 below 6
         lambda b: b[:7] + b"\x01" + b[8:],  # reserved byte
         lambda b: b + b"\x00",  # trailing byte
         lambda b: b[:-1],  # truncated
-        lambda b: b[:88] + struct.pack("<Q", 5) + b[96:],  # count larger than entries
-        lambda b: b[:HEADER_SIZE] + b"\x80\x00" + b[HEADER_SIZE + 1 :],  # non-minimal varint
-        lambda b: b[: HEADER_SIZE + 4] + b"\xa1" + b[HEADER_SIZE + 5 :],  # padding bit set
-        lambda b: b[: HEADER_SIZE + 3] + b"\x05" + b[HEADER_SIZE + 4 :],  # r 5: padding set
-        lambda b: b[: HEADER_SIZE + 3] + b"\x30" + b[HEADER_SIZE + 4 :],  # r = 48
-        lambda b: b[:48] + struct.pack("<Q", 3) + b[56:],  # site 9 >= sites 3
+        lambda b: b[: H - 1],  # short header
+        lambda b: _head(b, count=5) + b[H:],  # count larger than entries
+        lambda b: _head(b, sites=3) + b[H:],  # site 9 >= sites 3
+        lambda b: b[:H] + b"\x80\x00" + b[H + 1 :],  # non-minimal varint
+        lambda b: b[: H + 4] + b"\x41" + b[H + 5 :],  # padding bit set
+        lambda b: b[: H + 4] + b"\x60" + b[H + 5 :],  # gap 8 coded with r 2: not canonical
+        lambda b: b[: H + 3] + b"\x30" + b[H + 4 :],  # r = 48
+        lambda b: b[: H + 1] + b"\x09" + b[H + 2 :],  # group of 5 entries, 4 in the log
     ],
 )
 def test_malformed_blobs_rejected(mutate: object) -> None:
