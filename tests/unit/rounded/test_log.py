@@ -37,7 +37,8 @@ def test_round_trip_and_layout() -> None:
     # group of site 0: delta 0, 2 entries and first direction 1 (2·1 + 1 = 3), first element 0,
     # r = 2 (one gap of 5 - 0 - 1 = 4), bits: direction 0, gap 4 = unary 1, 0, low bits 00,
     # padding 000 (0x40); group of site 3: delta 3, 1 entry and direction 1 (2·0 + 1),
-    # element 1000 (0xE8 0x07), no r and no bits; group of site 9: delta 6, size 0, 2^40 (5 × 0x80, 0x20)
+    # element 1000 (0xE8 0x07), no r and no bits; group of site 9: delta 6, size 0, element
+    # 2^40 (five 0x80 bytes, then 0x20)
     assert blob[H:] == bytes([0, 3, 0, 2, 0x40, 3, 1, 0xE8, 0x07, 6, 0]) + bytes(
         [0x80] * 5 + [0x20]
     )
