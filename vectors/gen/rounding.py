@@ -49,6 +49,10 @@ def _log_cases() -> list[dict[str, Any]]:
         ("long gaps in one site (Rice parameter 19)",
          _log(entries=[(2, 5, 1), (2, 600_006, 0), (2, 1_300_000, 1)])),
         ("interval 9, tau 2^-20", _log(interval=9, tau_log2=20, sites=1, entries=[(0, 0, 1)])),
+        ("gaps 1 and 2 (their mean 1.5 rounds down: Rice parameter 0)",
+         _log(entries=[(0, 0, 1), (0, 2, 0), (0, 5, 1)])),
+        ("sites = 2^40 (the limit), an entry at the last site",
+         _log(sites=2**40, entries=[(2**40 - 1, 0, 1)])),
     ]  # fmt: skip
     cases: list[dict[str, Any]] = []
     for comment, log in valid:
@@ -91,6 +95,9 @@ def _log_cases() -> list[dict[str, Any]]:
         ("padding bit set", good[:h + 4] + b"\x81" + good[h + 5 :]),
         ("Rice parameter 1 where the gaps give 0", good[:h + 3] + b"\x01" + good[h + 4 :]),
         ("Rice parameter 48", good[:h + 3] + b"\x30" + good[h + 4 :]),
+        ("element 2^48 (a group's first)", head(count=1) + b"\x00\x00"
+         + bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40])),
+        ("group of two entries in a log of count 1", head(count=1) + bytes([0, 2, 0, 0, 0x80])),
         ("element 2^51", head(count=1) + b"\x00\x00"
          + bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x04])),
         ("gaps summing past 2^48", head(count=2) + b"\x00\x02"

@@ -74,6 +74,10 @@ def _head(b: bytes, interval: int = 2, sites: int = 10, count: int = 4) -> bytes
         lambda b: b[: H + 4] + b"\x60" + b[H + 5 :],  # gap 8 coded with r 2: not canonical
         lambda b: b[: H + 3] + b"\x30" + b[H + 4 :],  # r = 48
         lambda b: b[: H + 1] + b"\x09" + b[H + 2 :],  # group of 5 entries, 4 in the log
+        # a whole group of two entries (bits 1, gap 0) where the count says one
+        lambda b: _head(b, count=1) + bytes([0, 2, 0, 0, 0x80]),
+        # a group's first element 2^48 (seven varint bytes)
+        lambda b: _head(b, count=1) + bytes([0, 0] + [0x80] * 6 + [0x40]),
     ],
 )
 def test_malformed_blobs_rejected(mutate: object) -> None:
@@ -113,6 +117,45 @@ def test_rice_round_trips_long_groups_and_windows() -> None:
         elems = sorted(rng.sample(range(min(spread * 10_000, 2**47)), 10_000))
         log = _log(entries=[(4, e, rng.randint(0, 1)) for e in elems])
         assert decode_log(log.encode()) == log
+
+
+def test_many_small_groups_and_long_ones_round_trip() -> None:
+    """The bit reader's window starts small and grows (log.py ``_Bits``): many groups of two
+    entries, then groups longer than any window, round trip."""
+    import random
+
+    rng = random.Random(11)
+    entries = [(s, e, rng.randint(0, 1)) for s in range(3000) for e in (0, rng.randint(1, 999))]
+    entries += [(3000 + s, e, rng.randint(0, 1)) for s in range(3) for e in range(0, 90_000, 3)]
+    log = _log(sites=3003, entries=entries)
+    assert decode_log(log.encode()) == log
+
+
+def test_entry_and_byte_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``MAX_ENTRIES`` and ``MAX_LOG_BYTES`` (SPEC VI §3), lowered so that logs at the limits
+    are small: a log at each limit is encoded and decodes; one past it is refused by both."""
+    import dk.pol.backends.log as mod
+
+    at = _log(entries=[(0, e, 1) for e in range(6)])
+    over = _log(entries=[(0, e, 1) for e in range(7)])
+    over_blob = over.encode()
+    monkeypatch.setattr(mod, "MAX_ENTRIES", 6)
+    assert decode_log(at.encode()) == at
+    with pytest.raises(FormatError):
+        over.encode()
+    with pytest.raises(FormatError) as e:
+        decode_log(over_blob)
+    assert e.value.reason == LOG_MALFORMED
+    monkeypatch.setattr(mod, "MAX_ENTRIES", 1 << 24)
+    blob = at.encode()
+    monkeypatch.setattr(mod, "MAX_LOG_BYTES", len(blob))
+    assert decode_log(blob) == at
+    monkeypatch.setattr(mod, "MAX_LOG_BYTES", len(blob) - 1)
+    with pytest.raises(FormatError) as e:
+        decode_log(blob)
+    assert e.value.reason == LOG_MALFORMED
+    with pytest.raises(FormatError):
+        at.encode()
 
 
 def test_log_digest_commits_to_every_blob() -> None:

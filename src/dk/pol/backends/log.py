@@ -166,23 +166,31 @@ def _rice_bits(dirs: list[int], gaps: list[int], r: int) -> bytes:
 
 
 class _Bits:
-    """A most-significant-bit-first reader over ``data[pos:]``, a window of bits at a time."""
+    """A most-significant-bit-first reader over ``data[pos:]``. It turns bytes into a bit
+    string a window at a time; the window starts small and doubles up to ``WINDOW`` (a group
+    of a few entries costs a few bytes, not a whole window), and a read that needs more bits
+    than the window takes them in one piece (no quadratic regrowth)."""
 
-    WINDOW = 4096  # bytes turned into a bit string at once
+    WINDOW = 4096  # bytes turned into a bit string at once, at most (unless one read needs more)
+    FIRST = 16  # the first window
 
     def __init__(self, data: bytes, pos: int) -> None:
         self.data, self.base, self.buf, self.i = data, pos, "", 0
+        self.window = self.FIRST
 
     def _fill(self, need: int) -> None:
-        while len(self.buf) - self.i < need:
-            start = self.base
-            if start >= len(self.data):
-                raise FormatError("rounding log: truncated bits", reason=LOG_MALFORMED)
-            chunk = self.data[start : start + self.WINDOW]
-            self.base += len(chunk)
-            cut = self.i - self.i % 8  # keep the buffer aligned to bytes
-            more = format(int.from_bytes(chunk, "big"), f"0{8 * len(chunk)}b")
-            self.buf, self.i = self.buf[cut:] + more, self.i - cut
+        have = len(self.buf) - self.i
+        if have >= need:
+            return
+        start = self.base
+        chunk = self.data[start : start + max(self.window, (need - have + 7) // 8)]
+        if len(chunk) * 8 < need - have:
+            raise FormatError("rounding log: truncated bits", reason=LOG_MALFORMED)
+        self.window = min(2 * self.window, self.WINDOW)
+        self.base += len(chunk)
+        cut = self.i - self.i % 8  # keep the buffer aligned to bytes
+        more = format(int.from_bytes(chunk, "big"), f"0{8 * len(chunk)}b")
+        self.buf, self.i = self.buf[cut:] + more, self.i - cut
 
     def read(self, n: int) -> int:
         if n == 0:
@@ -200,7 +208,8 @@ class _Bits:
         return out
 
     def rice(self, n: int, r: int) -> list[int]:
-        """``n`` Rice-coded values of parameter ``r`` (SPEC VI §3); each below ``2^48``."""
+        """``n`` Rice-coded values of parameter ``r`` (SPEC VI §3); a quotient over
+        ``2^48 >> r`` is malformed (the caller checks the elements against ``2^48``)."""
         out: list[int] = []
         limit = MAX_ELEMENT >> r
         for _ in range(n):
