@@ -125,6 +125,15 @@ def _neighbour(r: np.ndarray, v: np.ndarray, up: np.ndarray) -> np.ndarray:
     return np.where(up, np.where(above, r, to_up), np.where(above, to_down, r))
 
 
+def _followed(v: np.ndarray, up: np.ndarray, low: bool) -> np.ndarray:
+    """The values a log's entries give their elements ``v`` (SPEC VI §2): the float32 (``low``:
+    bfloat16) neighbour on the side ``up``; a zero is +0, as every site's zero."""
+    if low:
+        return bf16.neighbour(bf16.rne(v), v, up)
+    out: np.ndarray = _neighbour(v.astype(np.float32) + np.float32(0.0), v, up) + np.float32(0.0)
+    return out
+
+
 class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch: untyped
     """Run a block of training with covered ops in float64, rounded and logged (SPEC VI).
 
@@ -142,7 +151,9 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]  # torch: TorchDispatchMode is untyped
         if not MIN_TAU_LOG2 <= tau_log2 <= MAX_TAU_LOG2:  # SPEC VI §3; also keeps t < 2^28
-            raise ValueError(f"rounded backend: tau_log2 {tau_log2} outside [6, 24]")
+            raise ValueError(
+                f"rounded backend: tau_log2 {tau_log2} outside [{MIN_TAU_LOG2}, {MAX_TAU_LOG2}]"
+            )
         self.job_id, self.interval, self.tau_log2 = job_id, interval, tau_log2
         self.t_bits = 1 << (29 - tau_log2)  # τ = 2^-k of a gap = 2^(29-k) units of 2^-29
         self.replaying = log is not None
@@ -443,14 +454,9 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
 
             _check_entries(site, vf.numel(), elems, far, what)
             _check_missing(site, flagged, elems, what)
-            if elems.size:  # a neighbour may be a zero: +0, as every site's zero (SPEC VI §2)
-                ve = gathered[0]
-                if low:
-                    nb = bf16.neighbour(bf16.rne(ve), ve, ups)
-                else:
-                    nb = _neighbour(ve.astype(np.float32) + np.float32(0.0), ve, ups)
-                    nb = nb + np.float32(0.0)
-                r[torch.from_numpy(elems).to(vf.device)] = torch.from_numpy(nb).to(vf.device)
+            if elems.size:
+                nb = torch.from_numpy(_followed(gathered[0], ups, low))
+                r[torch.from_numpy(elems).to(vf.device)] = nb.to(vf.device)
         return r
 
     def _note(self, site: int, idx: np.ndarray, ups: np.ndarray, dist: np.ndarray) -> None:
@@ -479,7 +485,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         _check_entries(site, v.size, elems, lambda e: d[e] > 2 * t_e[e], "bfloat16")
         _check_missing(site, np.flatnonzero(d <= m_e), elems, "bfloat16")
         if elems.size:
-            r[elems] = bf16.neighbour(r[elems], v[elems], ups)
+            r[elems] = _followed(v[elems], ups, low=True)
         return r
 
     def _follow(self, site: int, v: np.ndarray, bound: Bound | None) -> np.ndarray:
@@ -497,8 +503,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         else:  # SPEC VI §2: D <= m_e, the verifier's own m_e
             r, need = self._band_bounded(v, bound, use_m=True)
         _check_missing(site, need, elems, "float32")
-        if elems.size:  # a neighbour may be a zero: +0, as every site's zero (SPEC VI §2)
-            r[elems] = _neighbour(r[elems], v[elems], ups) + np.float32(0.0)
+        if elems.size:
+            r[elems] = _followed(v[elems], ups, low=False)
         return r
 
     def _band_bounded(
