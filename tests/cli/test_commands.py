@@ -374,3 +374,46 @@ def test_paths_with_brackets_are_printed_verbatim(tmp_path: Path) -> None:
     assert str(key) in r.output
     r = dk("job", "init", *TINY, "--out", job)
     assert r.exit_code == 0 and str(job) in r.output, (r.output, r.exception)
+
+
+def test_train_draws_its_bar_on_a_terminal_without_a_refresh_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a terminal ``dk train`` draws a progress bar from the training callback itself: no
+    refresh thread runs beside training to take the GIL from it (dk.pol.writer's docstring)."""
+    import pty
+    import threading
+    from types import SimpleNamespace
+
+    import dk.prover as prover
+
+    assert dk("job", "init", *TINY, "--out", tmp_path / "job.toml").exit_code == 0
+    before = set(threading.enumerate())
+    extra: list[set[threading.Thread]] = []
+
+    def fake_train(spec: object, out: str, progress: object = None, resume: bool = False) -> object:
+        assert callable(progress)
+        for step in range(1, 21):
+            progress(step)
+            extra.append(set(threading.enumerate()) - before)
+        return SimpleNamespace(steps=20, checkpoints=[])
+
+    monkeypatch.setattr(prover, "train", fake_train)
+    master, slave = pty.openpty()
+    with open(slave, "w", encoding="utf-8", closefd=True) as tty:
+        monkeypatch.setattr(sys, "stderr", tty)
+        try:
+            cli.main(["train", str(tmp_path / "job.toml"), "--out", str(tmp_path / "run")],
+                     standalone_mode=False)  # fmt: skip
+        finally:
+            monkeypatch.undo()
+    drawn = b""
+    os.set_blocking(master, False)
+    try:
+        while chunk := os.read(master, 65536):
+            drawn += chunk
+    except (BlockingIOError, OSError):
+        pass
+    os.close(master)
+    assert b"training" in drawn and b"10/20" in drawn  # drawn by each call, not only at the end
+    assert len(extra) == 20 and not any(extra)  # and no thread ran beside training

@@ -356,10 +356,15 @@ def train(
             TimeRemainingColumn(),
             console=app.err,
             transient=True,
+            auto_refresh=False,  # drawn by the progress callback (at most every 0.1 s), so no
+            # refresh thread takes the GIL from training (writer.py: hand-overs cost more)
         ) as bar:
             task = bar.add_task("train", total=spec.steps)
             info = train_job(
-                spec, out, progress=lambda step: bar.update(task, completed=step), resume=resume
+                spec,
+                out,
+                progress=lambda step: bar.update(task, completed=step, refresh=True),
+                resume=resume,
             )
     _render_trained(app, out, info, as_json)
 

@@ -26,15 +26,25 @@ def _ck(step: int) -> dict[str, np.ndarray]:
     }
 
 
-def _writer(tmp_path: Path, depth: int = 2, batch_bytes: int = 0) -> CommitWriter:
+def _writer(
+    tmp_path: Path, depth: int = 2, batch_bytes: int = 0, inline_bytes: int = writer.INLINE_BYTES
+) -> CommitWriter:
     info = RunInfo(job_id="00" * 32, data_root="00" * 32, interval=2, steps=6)
     sampler = Sampler(seed=1, n=20, batch_size=4)
-    return CommitWriter(tmp_path, info, sampler, depth=depth, batch_bytes=batch_bytes)
+    return CommitWriter(
+        tmp_path, info, sampler, depth=depth, batch_bytes=batch_bytes, inline_bytes=inline_bytes
+    )
 
 
+INLINE = pytest.mark.parametrize("inline_bytes", [0, writer.INLINE_BYTES], ids=["thread", "inline"])
+
+
+@INLINE
 @pytest.mark.parametrize("batch_bytes", [0, 200, 1 << 20])  # one at a time, 3, all at once
-def test_commits_in_order_with_intervals(tmp_path: Path, batch_bytes: int) -> None:
-    w = _writer(tmp_path, batch_bytes=batch_bytes)
+def test_commits_in_order_with_intervals(
+    tmp_path: Path, batch_bytes: int, inline_bytes: int
+) -> None:
+    w = _writer(tmp_path, batch_bytes=batch_bytes, inline_bytes=inline_bytes)
     w.start()
     cks = [_ck(s) for s in (0, 2, 4, 6)]
     for i, ck in enumerate(cks):
@@ -58,8 +68,9 @@ def test_commits_in_order_with_intervals(tmp_path: Path, batch_bytes: int) -> No
     assert [x.get("interval", {}).get("index") for x in lines] == [None, 0, 1, 2]
 
 
-def test_a_background_error_surfaces_and_nothing_unwritten_is_logged(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@INLINE
+def test_a_commit_error_surfaces_and_nothing_unwritten_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inline_bytes: int
 ) -> None:
     real = writer.encode_blob_parts
     calls = []
@@ -71,7 +82,7 @@ def test_a_background_error_surfaces_and_nothing_unwritten_is_logged(
         return real(tensors)  # type: ignore[arg-type]
 
     monkeypatch.setattr(writer, "encode_blob_parts", failing)
-    w = _writer(tmp_path)
+    w = _writer(tmp_path, inline_bytes=inline_bytes)
     w.start()
     with pytest.raises(OSError, match="disk full"):  # at a later put, or at close
         for i in range(50):
@@ -87,7 +98,7 @@ def test_a_background_error_surfaces_and_nothing_unwritten_is_logged(
 
 
 def test_the_queue_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A producer faster than the writer waits: at most ``depth`` snapshots queue up."""
+    """A producer faster than the thread waits: at most ``depth`` snapshots queue up."""
     gate = threading.Event()
     real = writer.encode_blob_parts
 
@@ -96,7 +107,7 @@ def test_the_queue_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         return real(*a, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(writer, "encode_blob_parts", slow)
-    w = _writer(tmp_path, depth=2)
+    w = _writer(tmp_path, depth=2, inline_bytes=0)  # every checkpoint "large": the thread
     w.start()
     done = []
     t = threading.Thread(
@@ -112,11 +123,13 @@ def test_the_queue_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert len(w.info.checkpoints) == 6
 
 
-def test_a_batch_that_is_not_full_is_committed_soon(tmp_path: Path) -> None:
-    """Batched small checkpoints reach the log within ``BATCH_WAIT_S`` (a crash loses little)."""
+@INLINE
+def test_a_batch_that_is_not_full_is_committed_soon(tmp_path: Path, inline_bytes: int) -> None:
+    """Batched checkpoints reach the log within ``BATCH_WAIT_S`` (a crash loses little), small
+    ones too, though the thread never commits their full batches."""
     import time
 
-    w = _writer(tmp_path, batch_bytes=1 << 20)
+    w = _writer(tmp_path, batch_bytes=1 << 20, inline_bytes=inline_bytes)
     w.start()
     w.put(0, 0, _ck(0))
     w.put(1, 2, _ck(2))
@@ -125,7 +138,38 @@ def test_a_batch_that_is_not_full_is_committed_soon(tmp_path: Path) -> None:
         time.sleep(0.02)
     assert len(w.log_path.read_text().splitlines()) == 2
     assert w._batch == writer.MAX_BATCH  # the batch was not full
+    assert w.batches == {"inline": 0, "thread": 1}
     w.close()
+
+
+def test_small_checkpoints_are_committed_on_the_training_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full batch of small checkpoints is committed by the ``put`` that fills it (no GIL
+    hand-over to another thread); large ones on the thread. The same log either way."""
+    real = writer.encode_blob_parts
+    seen: list[str] = []
+
+    def spy(tensors: object) -> object:
+        seen.append(threading.current_thread().name)
+        return real(tensors)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(writer, "encode_blob_parts", spy)
+    monkeypatch.setattr(writer, "BATCH_WAIT_S", 60.0)  # the thread commits no partial batch
+    logs = []
+    for inline_bytes, where in ((writer.INLINE_BYTES, "MainThread"), (0, "dk-commit")):
+        seen.clear()
+        run = tmp_path / str(inline_bytes)
+        w = _writer(run, batch_bytes=200, inline_bytes=inline_bytes)  # 3 per batch
+        w.start()
+        for i in range(6):
+            w.put(i, 2 * i, _ck(2 * i))
+        w.close()
+        assert seen == [where] * 6
+        inline, thread = w.batches["inline"], w.batches["thread"]
+        assert (inline, thread) == (2, 0) if where == "MainThread" else inline == 0 < thread
+        logs.append(w.log_path.read_bytes())
+    assert logs[0] == logs[1]
 
 
 def test_a_new_blob_never_writes_through_an_existing_file(tmp_path: Path) -> None:
