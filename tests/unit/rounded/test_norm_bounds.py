@@ -95,6 +95,7 @@ def _cases() -> list[Case]:
         ("addmm scaled", aten.addmm.default, (c_full, a, b), kw, 0, "_ProductBound"),
         ("bmm", aten.bmm.default, (ba, bb), {}, 0, "_ProductBound"),
         ("baddbmm", aten.baddbmm.default, (bc, ba, bb), bkw, 0, "_ProductBound"),
+        ("baddbmm bias", aten.baddbmm.default, (bc[0, 0], ba, bb), bkw, 0, "_ProductBound"),
         *_conv_cases(g),
     ]
 
@@ -279,3 +280,40 @@ def test_s_past_float32_range_is_computed_in_float64() -> None:
     assert (bound.s_upper() >= s).all()
     idx = np.arange(0, s.size, 97)
     np.testing.assert_allclose(bound.s_at(idx), s[idx], rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in _cases() if c[5] == "_ProductBound"], ids=lambda c: c[0]
+)
+def test_the_scan_of_a_product_from_its_factors_is_the_scan_of_its_array(case: Case) -> None:
+    """A matrix product's scan computes each element's ``s`` from the rows' and columns'
+    factors (``_scan.Outer``) instead of reading the array ``s_upper`` writes: the same bits
+    of ``s``, so the same rounding and the same elements, also at their thresholds (recording
+    and checking) and for tiny values; ``C`` more than a row keeps the array."""
+    from dk.pol.backends._scan import Outer, bounded_scan
+
+    name, func, args, kwargs, index, _ = case
+    out = func(*[t.double() if isinstance(t, torch.Tensor) else t for t in args], **kwargs)
+    bound = _bound(func, args, kwargs, index)
+    outer = bound.outer()
+    if name in ("addmm scaled", "baddbmm"):  # C is a whole matrix
+        assert outer is None
+        return
+    assert isinstance(outer, Outer)
+    ub = _bound(func, args, kwargs, index).s_upper()
+    rng = np.random.default_rng(43)
+    idx = rng.choice(ub.size, 200)
+    assert np.array_equal(outer.at(idx), ub[idx])  # bit for bit
+    mode = RoundedMode.record(job_id=JOB, interval=0)
+    r = out.reshape(-1).numpy().astype(np.float32)
+    v, _ = _edge_values(r, ub, bound, mode.t_bits, rng)
+    v[rng.choice(v.size, 3)] = [2.0**-130, -(2.0**-140), 1.5 * 2.0**-149]  # tiny values
+    consts = (bounds.C_RECORD, bounds.C_MISSING, *((c := bounds.bound_cap(mode.t_bits)), c // 2))
+    for use_m in (False, True):
+        got = bounded_scan(v, outer, (bound.k, bound.k_sum), consts, use_m)
+        want = bounded_scan(v, ub, (bound.k, bound.k_sum), consts, use_m)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        assert got[2] and want[2] and got[1].size > 0
+        a = mode._scan_bounded(v, outer, bound, use_m)
+        b = mode._scan_bounded(v, ub, bound, use_m)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
