@@ -399,21 +399,26 @@ def test_train_draws_its_bar_on_a_terminal_without_a_refresh_thread(
         return SimpleNamespace(steps=20, checkpoints=[])
 
     monkeypatch.setattr(prover, "train", fake_train)
+    monkeypatch.setenv("TERM", "xterm")  # rich draws nothing on a dumb terminal
+    for name in ("TTY_COMPATIBLE", "FORCE_COLOR", "NO_COLOR", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
     master, slave = pty.openpty()
-    with open(slave, "w", encoding="utf-8", closefd=True) as tty:
-        monkeypatch.setattr(sys, "stderr", tty)
-        try:
-            cli.main(["train", str(tmp_path / "job.toml"), "--out", str(tmp_path / "run")],
-                     standalone_mode=False)  # fmt: skip
-        finally:
-            monkeypatch.undo()
     drawn = b""
-    os.set_blocking(master, False)
     try:
-        while chunk := os.read(master, 65536):
-            drawn += chunk
-    except (BlockingIOError, OSError):
-        pass
-    os.close(master)
+        with open(slave, "w", encoding="utf-8", closefd=True) as tty:
+            monkeypatch.setattr(sys, "stderr", tty)
+            try:
+                cli.main(["train", str(tmp_path / "job.toml"), "--out", str(tmp_path / "run")],
+                         standalone_mode=False)  # fmt: skip
+            finally:
+                monkeypatch.undo()
+        os.set_blocking(master, False)
+        try:
+            while chunk := os.read(master, 65536):
+                drawn += chunk
+        except (BlockingIOError, OSError):  # drained (EAGAIN), or EIO once the slave closed
+            pass
+    finally:
+        os.close(master)
     assert b"training" in drawn and b"10/20" in drawn  # drawn by each call, not only at the end
     assert len(extra) == 20 and not any(extra)  # and no thread ran beside training

@@ -60,7 +60,8 @@ def pack_record(root: bytes, nbytes: int) -> bytes:
 
 
 class PackWriter:
-    """Appends records to a run's ``blobs.pack`` (the commit writer's thread only)."""
+    """Appends records to a run's ``blobs.pack`` (one :class:`dk.pol.writer.CommitWriter`
+    commit at a time, on the training thread or the writer's thread)."""
 
     def __init__(self, path: Path, *, fresh: bool) -> None:
         """Open ``path`` for appending; ``fresh`` starts an empty pack (a new run), else the

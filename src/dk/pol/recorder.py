@@ -9,8 +9,9 @@
 
 ``attach`` checks that the model, optimizer and loader are the job's, and returns the model,
 the optimizer wrapped so that each ``step()`` is counted, and a loader that yields the job's
-batches in the job's order. Every ``k`` steps a snapshot is taken; hashing and writing happen
-on a background thread (:mod:`dk.pol.writer`) so training is not held up; blobs are not
+batches in the job's order. Every ``k`` steps a snapshot is taken; snapshots are hashed and
+written in batches (:mod:`dk.pol.writer`), large ones on a background thread so training is
+not held up, small ones by the training thread (a thread would cost it more); blobs are not
 fsynced one by one, the run is made durable once, before ``run.json`` marks it complete.
 
 torch is imported only when torch computes the steps (or when ``attach`` is given torch

@@ -22,8 +22,8 @@ a batch with one write; a large one is a file of its own.
   have been written whole (the pack's records, then the lines); ``run.json`` (the only file
   that says a run is complete) is written by the Recorder after :meth:`CommitWriter.close`
   has returned and every file has been synced. A crash leaves a log that names only whole
-  blobs, and no ``run.json``; it loses at most the checkpoints put in the last
-  ``BATCH_WAIT_S`` (and a batch being committed).
+  blobs, and no ``run.json``; it loses the checkpoints put in the last ``BATCH_WAIT_S``, and
+  those queued behind a commit in progress (at most ``depth · B``, see **Bounded**).
 * **Errors surface.** A commit's exception is raised by the ``put`` that committed inline, or
   (on the thread) again by the next ``put`` and by ``close``, in the training thread; nothing
   after it is committed.
@@ -32,6 +32,7 @@ a batch with one write; a large one is a file of its own.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import math
 import threading
@@ -60,7 +61,7 @@ LOG_NAME = "run.log.jsonl"
 #: checkpoint every few milliseconds). A checkpoint over half of it goes alone (``depth``).
 BATCH_BYTES = 4 * 1024 * 1024
 MAX_BATCH = 32
-#: A batch that is not full is committed after this long (a crash loses at most this much).
+#: A batch that is not full is committed after this long (what a crash loses: module docstring).
 BATCH_WAIT_S = 0.25
 #: A checkpoint of at most this many bytes is committed inline (on the training thread, by the
 #: ``put`` that fills its batch): hashing it takes less time than the Python around it.
@@ -126,15 +127,24 @@ class CommitWriter:
             self.log_path.write_text("")
         self._pack = PackWriter(self.run_dir / PACK_NAME, fresh=truncate)
         self.written.append(self._pack.path)
-        self._log = open(self.log_path, "a", encoding="utf-8")
-        self._prev = prev
-        self._thread = threading.Thread(target=self._loop, name="dk-commit", daemon=True)
-        self._thread.start()
+        try:
+            self._log = open(self.log_path, "a", encoding="utf-8")
+            self._prev = prev
+            self._thread = threading.Thread(target=self._loop, name="dk-commit", daemon=True)
+            self._thread.start()
+        except BaseException:  # nothing left open
+            self._thread = None
+            if self._log is not None:
+                self._log.close()
+            self._pack.close()
+            raise
 
     def put(self, index: int, step: int, ck: Tensors, ext: dict[str, Any] | None = None) -> None:
         """Queue checkpoint ``index`` (taken at ``step``) and the ``ext`` object (SPEC §11.5) of
-        the interval it ends; raises the error of an earlier commit, if any. A small
-        checkpoint that fills its batch commits the batch here, on the caller's thread.
+        the interval it ends; raises the error of an earlier commit, if any (a checkpoint
+        put while the thread's commit fails is not committed: the next ``put`` or ``close``
+        raises). A small checkpoint that fills its batch commits the batch here, on the
+        caller's thread, and raises its error.
 
         ``ck`` must not change afterwards (a snapshot, not live weights).
         """
@@ -166,9 +176,12 @@ class CommitWriter:
 
     def abort(self) -> None:
         """Commit what is queued and stop (training failed); errors are dropped."""
-        self._stop()
+        with contextlib.suppress(Exception):
+            self._stop()
 
     def _stop(self) -> None:
+        """Let the thread commit what is queued, then close the log and the pack; an error
+        closing the log (its last flush) is the writer's error if it has none."""
         if self._thread is None:
             return
         with self._cv:
@@ -176,9 +189,15 @@ class CommitWriter:
             self._cv.notify_all()
         self._thread.join()  # it commits what is queued, then ends
         self._thread = None
-        self._log.close()
         assert self._pack is not None
-        self._pack.close()
+        try:
+            self._log.close()
+        except BaseException as e:
+            with self._cv:
+                if self._error is None:
+                    self._error = e
+        finally:
+            self._pack.close()
 
     def _ready(self) -> bool:
         """Whether the thread commits now (called with the condition held): closing; a full
@@ -193,7 +212,7 @@ class CommitWriter:
 
     def _loop(self) -> None:
         """The thread: commits full batches of large checkpoints, and any batch waiting
-        ``BATCH_WAIT_S``; ends when closed and drained, or at the first error."""
+        ``BATCH_WAIT_S``; ends when closed and drained, or at an error of its own commit."""
         try:
             while True:
                 with self._cv:

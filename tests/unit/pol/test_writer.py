@@ -42,8 +42,9 @@ INLINE = pytest.mark.parametrize("inline_bytes", [0, writer.INLINE_BYTES], ids=[
 @INLINE
 @pytest.mark.parametrize("batch_bytes", [0, 200, 1 << 20])  # one at a time, 3, all at once
 def test_commits_in_order_with_intervals(
-    tmp_path: Path, batch_bytes: int, inline_bytes: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch_bytes: int, inline_bytes: int
 ) -> None:
+    monkeypatch.setattr(writer, "BATCH_WAIT_S", 60.0)  # partial batches: at close
     w = _writer(tmp_path, batch_bytes=batch_bytes, inline_bytes=inline_bytes)
     w.start()
     cks = [_ck(s) for s in (0, 2, 4, 6)]
@@ -66,6 +67,12 @@ def test_commits_in_order_with_intervals(
     lines = [json.loads(x) for x in w.log_path.read_text().splitlines()]
     assert [x["checkpoint"]["root"] for x in lines] == [c.root for c in info.checkpoints]
     assert [x.get("interval", {}).get("index") for x in lines] == [None, 0, 1, 2]
+    # which path committed: the thread for "large" checkpoints and for a batch never filled
+    # (B = 32 > 4, committed at close); the filling put for small ones
+    if inline_bytes > 0 and batch_bytes < 1 << 20:
+        assert w.batches["inline"] > 0
+    else:
+        assert w.batches["inline"] == 0 and w.batches["thread"] > 0
 
 
 @INLINE
@@ -82,12 +89,19 @@ def test_a_commit_error_surfaces_and_nothing_unwritten_is_logged(
         return real(tensors)  # type: ignore[arg-type]
 
     monkeypatch.setattr(writer, "encode_blob_parts", failing)
+    monkeypatch.setattr(writer, "BATCH_WAIT_S", 60.0)  # inline: no commit by the thread
     w = _writer(tmp_path, inline_bytes=inline_bytes)
     w.start()
+    cks = [_ck(2 * i) for i in range(50)]
+    raised_at = None
     with pytest.raises(OSError, match="disk full"):  # at a later put, or at close
         for i in range(50):
-            w.put(i, 2 * i, _ck(2 * i))
+            raised_at = i
+            w.put(i, 2 * i, cks[i])
+        raised_at = None
         w.close()
+    if inline_bytes:  # by the put whose commit failed, on the training thread
+        assert raised_at == 1 and w.batches == {"inline": 1, "thread": 0}
     with pytest.raises(OSError, match="disk full"):
         w.close()
     lines = [json.loads(x) for x in w.log_path.read_text().splitlines()]
@@ -131,15 +145,16 @@ def test_a_batch_that_is_not_full_is_committed_soon(tmp_path: Path, inline_bytes
 
     w = _writer(tmp_path, batch_bytes=1 << 20, inline_bytes=inline_bytes)
     w.start()
-    w.put(0, 0, _ck(0))
-    w.put(1, 2, _ck(2))
+    cks = [_ck(0), _ck(2)]
+    w.put(0, 0, cks[0])
+    w.put(1, 2, cks[1])
     deadline = time.monotonic() + 10 * writer.BATCH_WAIT_S + 5
     while len(w.log_path.read_text().splitlines()) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(w.log_path.read_text().splitlines()) == 2
     assert w._batch == writer.MAX_BATCH  # the batch was not full
-    assert w.batches == {"inline": 0, "thread": 1}
     w.close()
+    assert w.batches["inline"] == 0 and w.batches["thread"] >= 1  # the thread, before close
 
 
 def test_small_checkpoints_are_committed_on_the_training_thread(
@@ -157,7 +172,8 @@ def test_small_checkpoints_are_committed_on_the_training_thread(
     monkeypatch.setattr(writer, "encode_blob_parts", spy)
     monkeypatch.setattr(writer, "BATCH_WAIT_S", 60.0)  # the thread commits no partial batch
     logs = []
-    for inline_bytes, where in ((writer.INLINE_BYTES, "MainThread"), (0, "dk-commit")):
+    here = threading.current_thread().name
+    for inline_bytes, where in ((writer.INLINE_BYTES, here), (0, "dk-commit")):
         seen.clear()
         run = tmp_path / str(inline_bytes)
         w = _writer(run, batch_bytes=200, inline_bytes=inline_bytes)  # 3 per batch
@@ -167,7 +183,7 @@ def test_small_checkpoints_are_committed_on_the_training_thread(
         w.close()
         assert seen == [where] * 6
         inline, thread = w.batches["inline"], w.batches["thread"]
-        assert (inline, thread) == (2, 0) if where == "MainThread" else inline == 0 < thread
+        assert (inline, thread) == (2, 0) if where == here else inline == 0 < thread
         logs.append(w.log_path.read_bytes())
     assert logs[0] == logs[1]
 
@@ -222,3 +238,36 @@ def test_batched_update_norms_have_the_bits_of_one_at_a_time() -> None:
     assert writer.update_norms([other, other, _model_ck(rng, {"t0": (4,)})]) is None
     assert writer.update_norms([other, _model_ck(rng, {"t9": (3,)}), other]) is None
     assert writer.update_norms([other, other]) is None  # one interval: computed alone
+
+
+def test_a_log_that_cannot_be_closed_is_the_error_and_abort_drops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log's last flush failing at close is raised by ``close`` (abort drops it); the pack
+    is closed either way."""
+
+    class FullLog:
+        def __init__(self, real: Any) -> None:
+            self.real = real
+
+        def write(self, text: str) -> int:
+            return int(self.real.write(text))
+
+        def flush(self) -> None:
+            self.real.flush()
+
+        def close(self) -> None:
+            self.real.close()
+            raise OSError("no space left on device")
+
+    for aborting in (False, True):
+        w = _writer(tmp_path / str(aborting))
+        w.start()
+        w._log = FullLog(w._log)
+        w.put(0, 0, _ck(0))
+        if aborting:
+            w.abort()
+        else:
+            with pytest.raises(OSError, match="no space"):
+                w.close()
+        assert w._pack is not None and w._pack._fd < 0  # closed
