@@ -45,6 +45,10 @@ def _worker(rank: int, store: str, specs: list[str], out_dir: str) -> None:
     try:
         for i, spec in enumerate(specs):
             _train(rank, spec, os.path.join(out_dir, f"{i}-rank{rank}.npz"))
+        # both ranks done with every collective before either tears gloo down (a rank once
+        # aborted in teardown, "terminate called without an active exception", in a full
+        # suite under load; not reproduced alone)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
