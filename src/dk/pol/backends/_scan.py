@@ -87,6 +87,16 @@ def _flagged(x, b, s_i, gamma, k, c_rec, c_miss, t_cap, m_cap, use_m):  # type: 
 
 
 @numba.njit(cache=True, nogil=True)
+def _bounded_consts(kg, t_cap, m_cap, use_m):  # type: ignore[no-untyped-def]  # pragma: no cover
+    """``(γ_K', lo, width)``: the error factor of a ``K'``-term sum and the bit test of the cap
+    (``t_cap``, or ``m_cap`` when checking) that every bounded scan starts from."""
+    gamma = kg * 2.0**-53 / (1.0 - kg * 2.0**-53)
+    lo = HALF - (m_cap if use_m else t_cap)
+    width = 2 * (m_cap if use_m else t_cap)
+    return gamma, lo, width
+
+
+@numba.njit(cache=True, nogil=True)
 def scan_bounded(v, s, k, kg, c_rec, c_miss, t_cap, m_cap, use_m, r, idx):  # type: ignore[no-untyped-def]  # pragma: no cover
     """Fill ``r``; write indices with ``D <= t_e`` (``use_m``: ``D <= m_e``) into ``idx``.
 
@@ -99,9 +109,7 @@ def scan_bounded(v, s, k, kg, c_rec, c_miss, t_cap, m_cap, use_m, r, idx):  # ty
     n = 0
     tiny = False
     cap = idx.size
-    gamma = kg * 2.0**-53 / (1.0 - kg * 2.0**-53)
-    lo = HALF - (m_cap if use_m else t_cap)
-    width = 2 * (m_cap if use_m else t_cap)
+    gamma, lo, width = _bounded_consts(kg, t_cap, m_cap, use_m)
     for i in range(v.size):
         x = v[i]
         r[i] = np.float32(x) + np.float32(0.0)  # a zero is +0 (SPEC VI §2)
@@ -127,9 +135,7 @@ def scan_bounded_outer(v, rows, cols, c, m, nc, k, kg, c_rec, c_miss, t_cap, m_c
     n = 0
     tiny = False
     cap = idx.size
-    gamma = kg * 2.0**-53 / (1.0 - kg * 2.0**-53)
-    lo = HALF - (m_cap if use_m else t_cap)
-    width = 2 * (m_cap if use_m else t_cap)
+    gamma, lo, width = _bounded_consts(kg, t_cap, m_cap, use_m)
     has_c = c.size > 0
     i = 0
     for rb in range(v.size // nc):  # row rb = bi·m + r of the batch of (m, nc) matrices
