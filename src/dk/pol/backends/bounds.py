@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from dk.pol.backends._scan import Outer
 from dk.pol.backends.blocked import applies, block_terms
 
 # SPEC VI §2: an element of a bounded site is logged within 2.5β + 2 (at most T_cap) of a
@@ -80,11 +79,6 @@ class Bound:
     def s_upper(self) -> np.ndarray:
         """An upper bound of ``S`` of every element, flat (here ``S`` itself)."""
         return self.s()
-
-    def outer(self) -> Outer | None:
-        """:meth:`s_upper` as factors a scan computes it from (``_scan.Outer``; matrix
-        products' norm bounds), or None: the scan reads :meth:`s_upper`."""
-        return None
 
     def s_at(self, idx: np.ndarray) -> np.ndarray:
         """``S`` of the elements ``idx`` (flat indices)."""

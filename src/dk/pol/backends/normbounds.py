@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch.nn.grad import conv2d_input
 
-from dk.pol.backends._scan import Outer
 from dk.pol.backends._switch import Switch
 from dk.pol.backends.bounds import AbsOp, Bound
 
@@ -121,44 +120,15 @@ class _ProductBound(_NormBound):
         self._a, self._b, self._c = operands  # (…, m, K), (…, K, n), C or None (float32)
         self._alpha, self._beta = abs(scalars[0]), abs(scalars[1])
 
-    def _norms(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(α·(1 + K·2^-20)·‖A_i‖, ‖B_j‖)``: the rows' and the columns' factors (float64)."""
-        rows = np.sqrt(np.einsum("...ik,...ik->...i", self._a, self._a, dtype=np.float64))
-        cols = np.sqrt(np.einsum("...kj,...kj->...j", self._b, self._b, dtype=np.float64))
-        rows *= self._alpha * self._inflate()
-        return rows, cols
-
-    def _c_term(self) -> np.ndarray:
-        """``|β|·(1 + 2^-20)·|C|`` (float64)."""
-        assert self._c is not None
-        c: np.ndarray = self._beta * (1.0 + _INFLATE) * _abs64(self._c)
-        return c
-
-    def outer(self) -> Outer | None:
-        """The bound as factors (``_scan.Outer``: the scan computes each element's ``s`` from
-        them, with the products and sum of :meth:`_upper`, instead of reading a whole array);
-        None where ``S`` is known, ``α = 0``, the output is empty, or ``C`` is more than a row
-        of ``n``."""
-        m, n = self._shape[-2], self._shape[-1]
-        if self._s is not None or self._ub is not None or self._alpha == 0.0 or m * n == 0:
-            return None
-        c = np.empty(0)
-        if self._c is not None and self._beta != 0.0:
-            if self._c.size != n or (self._c.ndim and self._c.shape[-1] != n):
-                return None
-            c = np.ascontiguousarray(self._c_term().reshape(-1))
-        rows, cols = self._norms()
-        return Outer(
-            np.ascontiguousarray(rows).reshape(-1), np.ascontiguousarray(cols).reshape(-1), c, m, n
-        )
-
     def _upper(self) -> np.ndarray:
         ub: np.ndarray = np.zeros(1)
         if self._alpha != 0.0:  # α = 0: ATen ignores A and B (even inf or NaN), so does S
-            rows, cols = self._norms()
+            rows = np.sqrt(np.einsum("...ik,...ik->...i", self._a, self._a, dtype=np.float64))
+            cols = np.sqrt(np.einsum("...kj,...kj->...j", self._b, self._b, dtype=np.float64))
+            rows *= self._alpha * self._inflate()
             ub = rows[..., :, None] * cols[..., None, :]
         if self._c is not None and self._beta != 0.0:
-            c = self._c_term()
+            c = self._beta * (1.0 + _INFLATE) * _abs64(self._c)
             if ub.shape == np.broadcast_shapes(ub.shape, c.shape):
                 ub += c  # in place: one array of the output's size, not two
             else:
