@@ -33,7 +33,8 @@ that order):
 * ``h100``: the H100 logs of ``tests/unit/rounded/data/h100_logs.npz`` replayed on this GPU
   (a GPU type other than the recording's).
 * ``sizes``: ``bench_rounded``'s figures (training / plain, replay / training, log / checkpoint)
-  on the GPU, LM widths 64 to 1024 and ResNet widths 8 to 32.
+  on the GPU, LM widths 64 to 1024 and ResNet widths 8 to 32 (medians of three recordings, each
+  followed by a replay of its log).
 * ``large`` (not in the default): ``sizes`` for the LM at width 2048 (about 100 M parameters).
 * ``devscan``: the device scan on the GPU against the CPU scan, on adversarial sites (the
   sites of ``tests/unit/rounded/test_devscan.py``), recording and replaying forged logs.
@@ -672,6 +673,7 @@ def part_h100(steps: int) -> None:
 
 # -- sizes: the bench's figures on the GPU ---------------------------------------------------
 
+REPEATS = 3  # part sizes: recordings and replays alternate; the figures are their medians
 SIZES = {"lm": [(64, 8), (256, 8), (512, 8), (1024, 16)], "resnet": [(8, 16), (16, 32), (32, 32)]}
 
 
@@ -711,22 +713,28 @@ def part_sizes(steps: int, large: bool = False) -> None:
         plain = min(
             _timed(lambda b=b: train(b)) for b in (ex.build(kind, **cfg), ex.build(kind, **cfg))
         )
-        b = ex.build(kind, **cfg)
-        mode = RoundedMode.record(job_id=JOB_ID, interval=0)
-        rounded = _timed(lambda b=b, m=mode: train(b, lambda: m))
-        blob = mode.finish().encode()
-        root = _root(b)
-        ckpt = len(encode_tensors(ex.state_tensors(b["model"], b["opt"])))
-        b = ex.build(kind, **cfg)
-        rep = RoundedMode.replay(decode_log(blob))
-        replay = _timed(lambda b=b, m=rep: train(b, lambda: m))
-        rep.finish()
+        recorded, replayed, same = [], [], True
+        for _ in range(REPEATS):  # record, then replay that log: alternating, medians
+            b = ex.build(kind, **cfg)
+            mode = RoundedMode.record(job_id=JOB_ID, interval=0)
+            recorded.append(_timed(lambda b=b, m=mode: train(b, lambda: m)))
+            blob = mode.finish().encode()
+            root = _root(b)
+            ckpt = len(encode_tensors(ex.state_tensors(b["model"], b["opt"])))
+            b = ex.build(kind, **cfg)
+            rep = RoundedMode.replay(decode_log(blob))
+            replayed.append(_timed(lambda b=b, m=rep: train(b, lambda: m)))
+            rep.finish()
+            same = same and _root(b) == root
+        rounded, replay = float(np.median(recorded)), float(np.median(replayed))
         name = f"{kind}_{width}" + ("_bf16" if precision == "bf16" else "")
-        check("sizes", name, _root(b) == root,
+        check("sizes", name, same,
               {"train_x_plain": round(rounded / plain, 2),
                "replay_x_train": round(replay / rounded, 2),
                "log_pct_ckpt": round(100 * len(blob) / ckpt, 3),
                "plain_s": round(plain, 4), "rounded_s": round(rounded, 4),
+               "recorded_s": [round(x, 3) for x in recorded],
+               "replayed_s": [round(x, 3) for x in replayed],
                "ckpt_bytes": ckpt})  # fmt: skip
 
 

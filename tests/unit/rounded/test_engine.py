@@ -20,7 +20,12 @@ from dk.pol.backends.log import (
     check_binding,
     decode_log,
 )
-from dk.pol.backends.rounded import RoundedMode, UnsupportedOp, boundary_distance
+from dk.pol.backends.rounded import (
+    RoundedMode,
+    UnsupportedOp,
+    _check_missing,
+    boundary_distance,
+)
 from dk.pol.checkpoint import checkpoint_root
 
 JOB = bytes(range(32))
@@ -97,6 +102,33 @@ def test_dropped_entry_rejected(honest: Any) -> None:
     nearest = int(np.argmin(dist))  # an entry within τ/2 of its boundary
     entries = log.entries[:nearest] + log.entries[nearest + 1 :]
     assert _reason(RoundingLog(**{**vars(log), "entries": entries})) == LOG_MISSING
+
+
+@pytest.mark.parametrize(
+    ("need", "elems", "first"),
+    [
+        ([3], [], 3),
+        ([0, 5, 9], [5], 0),
+        ([5, 9], [5], 9),
+        ([5], [1, 5, 7], None),
+        ([1, 7], [1, 5, 7], None),
+        ([1, 5, 8], [1, 5, 7], 8),
+        ([0, 7], [1, 5, 7], 0),
+        ([4, 6], [1, 5, 7], 4),
+    ],
+)
+def test_missing_entries_are_found_wherever_they_fall(
+    need: list[int], elems: list[int], first: int | None
+) -> None:
+    """Replay rule 2 against the log's sorted elements: before the first, between two, past
+    the last, and a site without entries."""
+    need_a, elems_a = np.array(need, dtype=np.int64), np.array(elems, dtype=np.int64)
+    if first is None:
+        _check_missing(0, need_a, elems_a, "float32")
+        return
+    with pytest.raises(FormatError, match=f"element {first} lies") as e:
+        _check_missing(0, need_a, elems_a, "float32")
+    assert e.value.reason == LOG_MISSING
 
 
 def test_log_of_another_interval_rejected(honest: Any) -> None:

@@ -599,7 +599,9 @@ def _check_missing(site: int, need: np.ndarray, elems: np.ndarray, what: str) ->
     """SPEC VI §2 replay rule 2: every element within its ``m_e`` has an entry."""
     if not need.size:
         return
-    missing = need[~np.isin(need, elems)]
+    # ``elems`` is strictly increasing (SPEC VI §3), so a binary search finds each needed one
+    at = np.searchsorted(elems, need).clip(max=max(elems.size - 1, 0))
+    missing = need if not elems.size else need[elems[at] != need]
     if missing.size:
         raise RoundingLogError(
             f"rounding log: site {site} element {int(missing[0])} lies within τ/2 of a {what} "
