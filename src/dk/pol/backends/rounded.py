@@ -120,9 +120,8 @@ def _band(v: np.ndarray, t_bits: int) -> tuple[np.ndarray, np.ndarray]:
 def _neighbour(r: np.ndarray, v: np.ndarray, up: np.ndarray) -> np.ndarray:
     """The float32 neighbour of each ``v`` on the side ``up`` (True: toward +inf)."""
     above = r.astype(np.float64) > v
-    to_up = np.nextafter(r, np.float32(np.inf))
-    to_down = np.nextafter(r, np.float32(-np.inf))
-    return np.where(up, np.where(above, r, to_up), np.where(above, to_down, r))
+    step = np.nextafter(r, np.where(up, np.float32(np.inf), np.float32(-np.inf)))
+    return np.where(up == above, r, step)  # r already lies on the side asked for
 
 
 def _followed(v: np.ndarray, up: np.ndarray, low: bool) -> np.ndarray:
