@@ -5,12 +5,14 @@ Per model and size, one interval of ``STEPS`` steps: training time rounded / pla
 interval / checkpoint bytes (target <= 1 %). "Before" columns run the same interval under the
 version-2 rule (every element's threshold the job's ``t``, no error bounds; SPEC VI §2), so the
 bounded sites' cost (one operation on absolute values per bounded call) and gain show. The last
-four columns are the CPU training ratio of the same interval with ATen's float64 kernels instead
+five columns are the CPU training ratio of the same interval with ATen's float64 kernels instead
 of ``kernels64``'s ("ATen"), with convolutions summed in one block as in log version 3
 ("unblk"), with every ``S`` from the operation on absolute values, no norm bounds
-("wholeS"), and with the split elementwise operations as torch chains instead of
-``elementwise.py``'s one-pass kernels ("chains"): what the fast kernels, blocking, the norm
-bounds and the one-pass kernels cost or save. A second table
+("wholeS"), with the split elementwise operations as torch chains instead of
+``elementwise.py``'s one-pass kernels ("chains"), and with every site merely cast from float64,
+no scan, no ``S`` and no log, which is not a valid run ("f64"): what the fast kernels,
+blocking, the norm bounds and the one-pass kernels cost or save, and the floor of computing in
+float64 through the dispatch mode, whatever the rounding rule. A second table
 runs the same intervals under bfloat16 autocast (``train.precision = "bf16"``), against plain
 autocast. Plain, rounded and replay times are the least of ``REPEAT`` runs each (a single run
 moves by 15 % on a shared machine). Every figure is measured in this run, on torch's thread
@@ -71,6 +73,8 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
 
     with elementwise.off():  # split operations as torch chains
         chains = _variant(kind, cfg)[0]
+    with _cast_only():  # float64 (kernels64, blocked sums) and a cast: no scan, no S
+        cast = _variant(kind, cfg)[0]
     replays = []
     for _ in range(REPEAT):
         b2 = ex.build(kind, **cfg)
@@ -91,6 +95,7 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
             "unblocked_s": unblocked[0], "unblocked_cpu": unblocked[1],
             "whole_s_s": whole_s[0], "whole_s_cpu": whole_s[1],
             "chains_s": chains[0], "chains_cpu": chains[1],
+            "cast_s": cast[0], "cast_cpu": cast[1],
             "entries_at_k": per_k}  # fmt: skip
 
 
@@ -152,6 +157,28 @@ def _variant(
     rec = mode(1)
     t = _timed(b, lambda: rec, warm=False)
     return t, rec, rec.finish(), b
+
+
+@contextlib.contextmanager
+def _cast_only() -> Iterator[None]:
+    """Every site merely cast to its float32 (or bfloat16) result: no scan, no bound, no log,
+    not a valid run. What computing in float64 through the dispatch mode costs by itself, the
+    floor under every rule of SPEC VI §2 (a cost comparison only)."""
+    import torch
+
+    from dk.pol.backends.rounded import RoundedMode
+
+    saved = RoundedMode.round_site
+
+    def cast(self: Any, v: Any, name: str = "", bound: Any = None, dtype: Any = None) -> Any:
+        self.sites += 1
+        return v.to(dtype or torch.float32)
+
+    RoundedMode.round_site = cast  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        RoundedMode.round_site = saved  # type: ignore[method-assign]
 
 
 @contextlib.contextmanager
@@ -301,7 +328,7 @@ def main() -> None:
           f"{'replay x':>8} {'log B':>8} {'ckpt B':>9} {'log/ckpt':>9} {'CPU train x':>11} "
           f"{'CPU replay x':>12} | before: {'log/ckpt':>8} {'train x':>8} "
           f"{'CPU train x':>11} | CPU train x: {'ATen':>5} {'unblk':>5} "
-          f"{'wholeS':>6} {'chains':>6}")  # fmt: skip
+          f"{'wholeS':>6} {'chains':>6} {'f64':>5}")  # fmt: skip
     for kind, sizes in SIZES.items():
         for width, batch in sizes:
             m = measure(kind, width, batch)
@@ -318,7 +345,8 @@ def main() -> None:
                   f"{bctr:10.2f}x | {' ' * 13}{m['aten_cpu'] / m['plain_cpu']:4.2f}x "
                   f"{m['unblocked_cpu'] / m['plain_cpu']:4.2f}x "
                   f"{m['whole_s_cpu'] / m['plain_cpu']:5.2f}x "
-                  f"{m['chains_cpu'] / m['plain_cpu']:5.2f}x", flush=True)  # fmt: skip
+                  f"{m['chains_cpu'] / m['plain_cpu']:5.2f}x "
+                  f"{m['cast_cpu'] / m['plain_cpu']:4.2f}x", flush=True)  # fmt: skip
             ks = "  ".join(f"k={k}: {n}" for k, n in m["entries_at_k"].items())
             print(f"{'':8} entries {m['entries']} (before {m['fixed_entries']}); of these, "
                   f"by k: {ks}", flush=True)  # fmt: skip
