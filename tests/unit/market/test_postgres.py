@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -58,14 +59,16 @@ def test_the_market_suite_runs_on_postgresql(pg: PgServer) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider"]
         + [str(ROOT / "tests/unit/market" / f) for f in suite],
-        env={**os.environ, "DK_TEST_MARKET_PG": pg.url},
+        # the caller's PYTEST_ADDOPTS (--durations, -x, ...) would change the child's report
+        env={**os.environ, "DK_TEST_MARKET_PG": pg.url, "PYTEST_ADDOPTS": ""},
         capture_output=True,
         text=True,
         cwd=ROOT,
         timeout=900,
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout and "failed" not in r.stdout
+    summary = r.stdout.strip().splitlines()[-1]  # e.g. "58 passed in 41.24s"
+    assert re.fullmatch(r"\d+ passed in [\d.]+s( \(\S+\))?", summary), summary
     with psycopg.connect(pg.url, autocommit=True) as con:  # the ledgers really were there
         (n,) = con.execute("SELECT count(*) FROM pg_database WHERE datname LIKE 't%'").fetchone()
     assert n >= 10
