@@ -713,7 +713,7 @@ def part_sizes(steps: int, large: bool = False) -> None:
         plain = min(
             _timed(lambda b=b: train(b)) for b in (ex.build(kind, **cfg), ex.build(kind, **cfg))
         )
-        recorded, replayed, same = [], [], True
+        recorded, replayed, same, first = [], [], True, b""  # every recording: one log
         for _ in range(REPEATS):  # record, then replay that log: alternating, medians
             b = ex.build(kind, **cfg)
             mode = RoundedMode.record(job_id=JOB_ID, interval=0)
@@ -725,7 +725,8 @@ def part_sizes(steps: int, large: bool = False) -> None:
             rep = RoundedMode.replay(decode_log(blob))
             replayed.append(_timed(lambda b=b, m=rep: train(b, lambda: m)))
             rep.finish()
-            same = same and _root(b) == root
+            first = first or blob
+            same = same and _root(b) == root and blob == first
         rounded, replay = float(np.median(recorded)), float(np.median(replayed))
         name = f"{kind}_{width}" + ("_bf16" if precision == "bf16" else "")
         check("sizes", name, same,

@@ -24,6 +24,7 @@ from dk.pol.backends.rounded import (
     RoundedMode,
     UnsupportedOp,
     _check_missing,
+    _neighbour,
     boundary_distance,
 )
 from dk.pol.checkpoint import checkpoint_root
@@ -115,6 +116,8 @@ def test_dropped_entry_rejected(honest: Any) -> None:
         ([1, 5, 8], [1, 5, 7], 8),
         ([0, 7], [1, 5, 7], 0),
         ([4, 6], [1, 5, 7], 4),
+        ([9, 0, 0], [5], 9),  # any order, repeats: the first missing in need's own order
+        ([5, 6, 5], [5], 6),
     ],
 )
 def test_missing_entries_are_found_wherever_they_fall(
@@ -129,6 +132,40 @@ def test_missing_entries_are_found_wherever_they_fall(
     with pytest.raises(FormatError, match=f"element {first} lies") as e:
         _check_missing(0, need_a, elems_a, "float32")
     assert e.value.reason == LOG_MISSING
+
+
+def test_a_log_out_of_order_is_invalid(honest: Any) -> None:
+    """The replay rules search each site's elements: a log built in memory with its entries
+    out of order is refused, not searched wrongly (decode_log refuses it in bytes)."""
+    _, log, _ = honest
+    entries = [log.entries[1], log.entries[0], *log.entries[2:]]
+    with pytest.raises(FormatError) as e:
+        RoundedMode.replay(RoundingLog(**{**vars(log), "entries": entries}))
+    assert e.value.reason == LOG_INVALID
+    repeated = [log.entries[0], *log.entries]
+    with pytest.raises(FormatError):
+        RoundedMode.replay(RoundingLog(**{**vars(log), "entries": repeated}))
+
+
+def test_an_entrys_value_is_the_neighbour_on_its_side() -> None:
+    """``_neighbour`` against both neighbours taken apart, on values on either side of their
+    rounding, exact float32 values, zeros, infinities, NaN, subnormals and the float32 limit."""
+    rng = np.random.default_rng(11)
+    v = rng.standard_normal(4096) * np.exp2(rng.integers(-160, 130, 4096))
+    v[:12] = [0.0, -0.0, np.inf, -np.inf, np.nan, 2.0**-149, -(2.0**-150), 1.5 * 2.0**-149,
+              3.4028234663852886e38, 3.4028235e38 * 1.0000001, 1.0, -1.0]  # fmt: skip
+    with np.errstate(over="ignore"):
+        r = v.astype(np.float32) + np.float32(0.0)
+        for up in (np.zeros(v.size, bool), np.ones(v.size, bool), rng.random(v.size) < 0.5):
+            above = r.astype(np.float64) > v
+            to_up, to_down = (
+                np.nextafter(r, np.float32(np.inf)),
+                np.nextafter(r, np.float32(-np.inf)),
+            )
+            want = np.where(up, np.where(above, r, to_up), np.where(above, to_down, r))
+            got = _neighbour(r, v, up)
+            assert got.dtype == np.float32
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
 def test_log_of_another_interval_rejected(honest: Any) -> None:

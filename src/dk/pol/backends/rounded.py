@@ -610,8 +610,18 @@ def _check_missing(site: int, need: np.ndarray, elems: np.ndarray, what: str) ->
 
 
 def _group(entries: list[tuple[int, int, int]]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """A log's entries by site: (elements, directions). The replay rules search the elements,
+    so entries must be strictly increasing as SPEC VI §3 has them (``decode_log`` checks; a
+    log built in memory is checked here)."""
     by_site: dict[int, tuple[list[int], list[bool]]] = {}
+    last = (-1, -1)
     for site, e, u in entries:
+        if (site, e) <= last:
+            raise RoundingLogError(
+                "rounding log: entries not strictly increasing in (site, element)",
+                reason=LOG_INVALID,
+            )
+        last = (site, e)
         es, us = by_site.setdefault(site, ([], []))
         es.append(e)
         us.append(bool(u))
