@@ -88,6 +88,28 @@ class RoundingLog:
     trace: bytes = EMPTY_TRACE
     entries: list[tuple[int, int, int]] = field(default_factory=list)
 
+    def groups(self) -> list[tuple[int, list[int], list[int]]]:
+        """The entries by site, ``(site, elements, directions)`` in order; raises
+        ``FormatError`` (``ROUNDING_LOG_INVALID``) unless each entry is in range and they are
+        strictly increasing in ``(site, element)`` (SPEC VI §3; a decoded log always is)."""
+        prev_site, prev_elem = -1, -1
+        groups: list[tuple[int, list[int], list[int]]] = []
+        for site, elem, direction in self.entries:
+            if not (0 <= site < self.sites and 0 <= elem < MAX_ELEMENT and direction in (0, 1)):
+                raise FormatError(
+                    f"rounding log: bad entry {(site, elem, direction)}", reason=LOG_INVALID
+                )
+            if (site, elem) <= (prev_site, prev_elem):
+                raise FormatError(
+                    "rounding log: entries not strictly increasing", reason=LOG_INVALID
+                )
+            if site != prev_site:
+                groups.append((site, [], []))
+            groups[-1][1].append(elem)
+            groups[-1][2].append(direction)
+            prev_site, prev_elem = site, elem
+        return groups
+
     def encode(self) -> bytes:
         """The canonical bytes of the log (SPEC VI §3)."""
         _check_header(self.job_id, self.interval, self.tau_log2, self.sites, self.trace)
@@ -102,20 +124,8 @@ class RoundingLog:
             + _varint(self.sites)
             + _varint(len(self.entries))
         )
-        prev_site, prev_elem = -1, -1
-        groups: list[tuple[int, list[int], list[int]]] = []  # (site, elements, directions)
-        for site, elem, direction in self.entries:
-            if not (0 <= site < self.sites and 0 <= elem < MAX_ELEMENT and direction in (0, 1)):
-                raise FormatError(f"rounding log: bad entry {(site, elem, direction)}")
-            if (site, elem) <= (prev_site, prev_elem):
-                raise FormatError("rounding log: entries not strictly increasing")
-            if site != prev_site:
-                groups.append((site, [], []))
-            groups[-1][1].append(elem)
-            groups[-1][2].append(direction)
-            prev_site, prev_elem = site, elem
         prev_site = 0
-        for site, elems, dirs in groups:
+        for site, elems, dirs in self.groups():
             out += _varint(site - prev_site)
             out += _varint(2 * (len(elems) - 1) + dirs[0])
             out += _varint(elems[0])

@@ -177,7 +177,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         self._given: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._pins: list[tuple[Any, bool]] = []
         if log is not None:
-            self._given = _group(log.entries)
+            self._given = _group(log)
             self._log = log
 
     @classmethod
@@ -609,25 +609,12 @@ def _check_missing(site: int, need: np.ndarray, elems: np.ndarray, what: str) ->
         )
 
 
-def _group(entries: list[tuple[int, int, int]]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+def _group(log: RoundingLog) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """A log's entries by site: (elements, directions). The replay rules search the elements,
-    so entries must be strictly increasing as SPEC VI §3 has them (``decode_log`` checks; a
-    log built in memory is checked here)."""
-    by_site: dict[int, tuple[list[int], list[bool]]] = {}
-    last = (-1, -1)
-    for site, e, u in entries:
-        if (site, e) <= last:
-            raise RoundingLogError(
-                "rounding log: entries not strictly increasing in (site, element)",
-                reason=LOG_INVALID,
-            )
-        last = (site, e)
-        es, us = by_site.setdefault(site, ([], []))
-        es.append(e)
-        us.append(bool(u))
+    so :meth:`RoundingLog.groups` refuses entries out of order (``decode_log`` already does;
+    this covers a log built in memory)."""
     return {
-        s: (np.array(es, dtype=np.int64), np.array(us, dtype=bool))
-        for s, (es, us) in by_site.items()
+        s: (np.array(es, dtype=np.int64), np.array(ds, dtype=bool)) for s, es, ds in log.groups()
     }
 
 
