@@ -18,12 +18,14 @@ autocast. Plain, rounded and replay times are the least of ``REPEAT`` runs each 
 moves by 15 % on a shared machine). Every figure is measured in this run, on torch's thread
 count ``DK_BENCH_THREADS``
 (default 1: on a shared machine a second thread measures the neighbours more than torch); the
-first step of each run warms up and is not timed.
+first step of each run warms up and is not timed. ``--site`` prints instead where one bounded
+site's time goes (:func:`site_costs`), ``--discrepancy`` the float64 differences alone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -386,7 +388,72 @@ def discrepancies() -> None:
         cross_machine("lm", 64, 8)
 
 
+def _best_ms(fn: Any, runs: int = 7) -> float:
+    """Least wall time of ``runs`` calls of ``fn``, in ms (after one untimed call)."""
+    fn()
+    best = math.inf
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return 1e3 * best
+
+
+def site_costs() -> None:
+    """Where one bounded site's time goes (SPEC VI Notes): the weight gradient of the LM's
+    width-512 feed-forward layer (``mm`` of a 2048×256 and a 256×512 float32 operand, a
+    2048×512 output, ``K = 256``), one thread; and NumPy's float64 products against torch's
+    float32 ones on the LM's width-512 shapes."""
+    import numpy as np
+    import torch
+
+    from dk.pol.backends import kernels64
+    from dk.pol.backends.bounds import site_bounds
+    from dk.pol.backends.rounded import RoundedMode
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    a, b = (torch.randn(256, 2048) * 1e-3).t(), torch.randn(256, 512)
+    mm = torch.ops.aten.mm.default
+    out = kernels64.run(mm, (a.double(), b.double()), {})
+    mode = RoundedMode.record(job_id=bytes(32), interval=0)
+    bound = site_bounds(mm, (a, b), {}, out)[id(out)]
+    ub = bound._upper().reshape(-1)
+    v = out.view(-1).numpy()
+    _, flagged = mode._scan_bounded(v, ub, bound, False)
+    r32, tmp = np.empty(v.size, np.float32), np.empty(v.size)
+
+    def site() -> None:  # bound objects, norm bound, scan and S of the flagged, as recorded
+        fresh = site_bounds(mm, (a, b), {}, out)[id(out)]
+        mode._round_on_host(0, out, fresh, torch.float32)
+
+    rows = [
+        ("float32 product (torch)", lambda: a @ b),
+        ("float64 product (kernels64)", lambda: kernels64.run(mm, (a.double(), b.double()), {})),
+        ("rounding site, whole", site),
+        ("  bounded scan", lambda: mode._scan_bounded(v, ub, bound, False)),
+        ("  norm bound", bound._upper),
+        (f"  S of the {flagged.size} flagged", lambda: bound._exact(flagged)),
+        ("streaming 20 B an element (v*s -> float32)", lambda: np.multiply(v, ub, out=r32)),
+        ("streaming 24 B an element (v+s -> float64)", lambda: np.add(v, ub, out=tmp)),
+    ]
+    print(f"one bounded site, {v.size} elements, torch threads {torch.get_num_threads()}:")
+    for name, fn in rows:
+        print(f"  {name:44s} {_best_ms(fn):7.2f} ms")
+    print("NumPy float64 products / torch float32 products (LM width 512 shapes):")
+    rng = np.random.default_rng(0)
+    for m, k, n in ((256, 512, 2048), (256, 2048, 512), (512, 256, 2048)):
+        x, y = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+        tx, ty = torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.float32))
+        kernels64.threads.sync()
+        f64, f32 = _best_ms(lambda x=x, y=y: x @ y), _best_ms(lambda tx=tx, ty=ty: tx @ ty)
+        print(f"  {m}x{k} @ {k}x{n}: {f64:6.2f} ms / {f32:6.2f} ms = {f64 / f32:.2f}x")
+
+
 if __name__ == "__main__":
     import sys
 
-    discrepancies() if "--discrepancy" in sys.argv else main()
+    if "--site" in sys.argv:
+        site_costs()
+    else:
+        discrepancies() if "--discrepancy" in sys.argv else main()
