@@ -407,7 +407,8 @@ def site_costs() -> None:
     import numpy as np
     import torch
 
-    from dk.pol.backends import kernels64
+    from dk.pol.backends import bounds, kernels64
+    from dk.pol.backends._scan import scan_bounded
     from dk.pol.backends.bounds import site_bounds
     from dk.pol.backends.rounded import RoundedMode
 
@@ -419,7 +420,15 @@ def site_costs() -> None:
     mode = RoundedMode.record(job_id=bytes(32), interval=0)
     bound = site_bounds(mm, (a, b), {}, out)[id(out)]
     ub = bound._upper().reshape(-1)
+    factors = bound._factors()
     v = out.view(-1).numpy()
+    cap = bounds.bound_cap(mode.t_bits)
+    consts = (bounds.C_RECORD, bounds.C_MISSING, cap, cap // 2)
+
+    def _one_pass(v: np.ndarray, s: np.ndarray) -> None:  # the reference kernel on every element
+        scan_bounded(v, s, bound.k, bound.k_sum, *consts, False, np.empty(v.size, np.float32),
+                     np.empty(v.size, np.int64))  # fmt: skip
+
     _, flagged = mode._scan_bounded(v, ub, bound, False)
     r32, tmp = np.empty(v.size, np.float32), np.empty(v.size)
 
@@ -431,8 +440,11 @@ def site_costs() -> None:
         ("float32 product (torch)", lambda: a @ b),
         ("float64 product (kernels64)", lambda: kernels64.run(mm, (a.double(), b.double()), {})),
         ("rounding site, whole", site),
-        ("  bounded scan", lambda: mode._scan_bounded(v, ub, bound, False)),
-        ("  norm bound", bound._upper),
+        ("  norm bound as factors", bound._factors),
+        ("  bounded scan of the factors", lambda: mode._scan_bounded(v, factors, bound, False)),
+        ("  (norm bound as an array)", bound._upper),
+        ("  (bounded scan of that array)", lambda: mode._scan_bounded(v, ub, bound, False)),
+        ("  (scan_bounded alone, one pass)", lambda: _one_pass(v, ub)),
         (f"  S of the {flagged.size} flagged", lambda: bound._exact(flagged)),
         ("streaming 20 B an element (v*s -> float32)", lambda: np.multiply(v, ub, out=r32)),
         ("streaming 24 B an element (v+s -> float64)", lambda: np.add(v, ub, out=tmp)),

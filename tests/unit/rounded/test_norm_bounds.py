@@ -19,6 +19,7 @@ import torch
 
 from dk.pol.backends import bounds, normbounds
 from dk.pol.backends import examples as ex
+from dk.pol.backends._scan import Outer
 from dk.pol.backends.bounds import Bound, site_bounds, thresholds
 from dk.pol.backends.rounded import RoundedMode
 
@@ -124,6 +125,23 @@ def test_upper_bound_covers_s_and_the_flagged_get_s_itself(case: Case) -> None:
     at_all = bound.s_at(np.arange(s.size))  # all of it: S of the whole site, once
     assert bound._s is not None
     np.testing.assert_array_equal(at_all, bound.s())
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c[0])
+def test_the_scan_takes_the_array_bound_as_factors(case: Case) -> None:
+    """Matrix products and one-group convolutions (forward, grad input) hand the scan their
+    bound as rows and columns (``_scan.Outer``): the same numbers as the array, bit for bit;
+    the others the array itself."""
+    name, func, args, kwargs, index, cls = case
+    bound = _bound(func, args, kwargs, index)
+    given = bound.scan_upper()
+    as_factors = cls == "_ProductBound" or (cls != "_ConvWeightBound" and " g1" in name)
+    assert isinstance(given, Outer) == as_factors
+    flat = given.full() if isinstance(given, Outer) else given
+    np.testing.assert_array_equal(flat.view(np.int64), bound.s_upper().view(np.int64))
+    if isinstance(given, Outer):
+        idx = np.random.default_rng(5).choice(flat.size, 50)
+        np.testing.assert_array_equal(given.at(idx), flat[idx])
 
 
 def _record(kind: str, norm_bounds: bool, monkeypatch: pytest.MonkeyPatch) -> Any:

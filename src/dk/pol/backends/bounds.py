@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dk.pol.backends._scan import Outer
 from dk.pol.backends.blocked import applies, block_terms
 
 # SPEC VI §2: an element of a bounded site is logged within 2.5β + 2 (at most T_cap) of a
@@ -79,6 +80,11 @@ class Bound:
     def s_upper(self) -> np.ndarray:
         """An upper bound of ``S`` of every element, flat (here ``S`` itself)."""
         return self.s()
+
+    def scan_upper(self) -> np.ndarray | Outer:
+        """:meth:`s_upper` as the scan takes it: flat, or as factors (:class:`_scan.Outer`)
+        where that saves writing an array of the output's size."""
+        return self.s_upper()
 
     def s_at(self, idx: np.ndarray) -> np.ndarray:
         """``S`` of the elements ``idx`` (flat indices)."""

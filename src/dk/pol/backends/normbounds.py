@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.grad import conv2d_input
 
+from dk.pol.backends._scan import Outer
 from dk.pol.backends._switch import Switch
 from dk.pol.backends.bounds import AbsOp, Bound
 
@@ -66,6 +67,16 @@ class _NormBound(Bound, ABC):
     @abstractmethod
     def _exact(self, idx: np.ndarray) -> np.ndarray:
         """``S`` of the elements ``idx`` (flat), summed in float64 from their own terms."""
+
+    def _outer(self) -> Outer | None:
+        """:meth:`_upper` as factors (:class:`_scan.Outer`) where it has that form, else None."""
+        return None
+
+    def scan_upper(self) -> np.ndarray | Outer:
+        if self._s is not None or self._ub is not None:
+            return self.s_upper()
+        outer = self._outer()  # the scan multiplies rows by columns itself
+        return self.s_upper() if outer is None else outer
 
     def s_upper(self) -> np.ndarray:
         if self._s is not None:
@@ -120,20 +131,29 @@ class _ProductBound(_NormBound):
         self._a, self._b, self._c = operands  # (…, m, K), (…, K, n), C or None (float32)
         self._alpha, self._beta = abs(scalars[0]), abs(scalars[1])
 
+    def _c_term(self) -> np.ndarray | None:
+        if self._c is None or self._beta == 0.0:
+            return None
+        return self._beta * (1.0 + _INFLATE) * _abs64(self._c)
+
+    def _factors(self) -> Outer:
+        """``‖A_i‖·‖B_j‖`` (scaled) as rows and columns, and the ``C`` term, over the output
+        as ``(B, m, n)`` (``B = 1`` for ``mm``/``addmm``); only where ``α ≠ 0``."""
+        rows = np.sqrt(np.einsum("...ik,...ik->...i", self._a, self._a, dtype=np.float64))
+        cols = np.sqrt(np.einsum("...kj,...kj->...j", self._b, self._b, dtype=np.float64))
+        rows *= self._alpha * self._inflate()
+        m, n = self._shape[-2], self._shape[-1]
+        return Outer(rows.reshape(-1, m), cols.reshape(-1, n), self._c_term())
+
+    def _outer(self) -> Outer | None:
+        return None if self._alpha == 0.0 else self._factors()
+
     def _upper(self) -> np.ndarray:
-        ub: np.ndarray = np.zeros(1)
-        if self._alpha != 0.0:  # α = 0: ATen ignores A and B (even inf or NaN), so does S
-            rows = np.sqrt(np.einsum("...ik,...ik->...i", self._a, self._a, dtype=np.float64))
-            cols = np.sqrt(np.einsum("...kj,...kj->...j", self._b, self._b, dtype=np.float64))
-            rows *= self._alpha * self._inflate()
-            ub = rows[..., :, None] * cols[..., None, :]
-        if self._c is not None and self._beta != 0.0:
-            c = self._beta * (1.0 + _INFLATE) * _abs64(self._c)
-            if ub.shape == np.broadcast_shapes(ub.shape, c.shape):
-                ub += c  # in place: one array of the output's size, not two
-            else:
-                ub = ub + c
-        return ub
+        if self._alpha != 0.0:
+            return self._factors().full().reshape(self._shape)
+        ub: np.ndarray = np.zeros(1)  # α = 0: ATen ignores A and B (even inf or NaN), so does S
+        c = self._c_term()
+        return ub if c is None else ub + c
 
     def _exact(self, idx: np.ndarray) -> np.ndarray:
         m, n, kk = self._shape[-2], self._shape[-1], int(self._a.shape[-1])
@@ -199,15 +219,33 @@ class _ConvBound(_NormBound):
         super().__init__(k, shared, 0, k_sum, (geo.n, geo.co, geo.ho, geo.wo))
         self._g, self._x, self._w, self._b = geo, x, w, b
 
-    def _upper(self) -> np.ndarray:
+    def _parts(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The patches' norms (N, g, Ho, Wo), the weights' (Co,) inflated, ``(1 + 2^-20)·|b|``."""
         g = self._g
         sq = g.by_group(self._x.detach().to(_F64).square())
-        patch = F.conv2d(sq, g.ones(), None, g.stride, g.padding, g.dilation, g.groups)
-        patch = patch.sqrt().repeat_interleave(g.og, dim=1)  # (N, Co, Ho, Wo)
-        ub = patch * (_norms(self._w, (1, 2, 3)) * self._inflate()).view(1, g.co, 1, 1)
-        if self._b is not None:
-            ub += (1.0 + _INFLATE) * self._b.detach().to(_F64).abs().view(1, g.co, 1, 1)
+        patch = F.conv2d(sq, g.ones(), None, g.stride, g.padding, g.dilation, g.groups).sqrt()
+        wn = _norms(self._w, (1, 2, 3)) * self._inflate()
+        bias = None if self._b is None else (1.0 + _INFLATE) * self._b.detach().to(_F64).abs()
+        return patch, wn, bias
+
+    def _upper(self) -> np.ndarray:
+        g = self._g
+        patch, wn, bias = self._parts()
+        ub = patch.repeat_interleave(g.og, dim=1) * wn.view(1, g.co, 1, 1)  # (N, Co, Ho, Wo)
+        if bias is not None:
+            ub += bias.view(1, g.co, 1, 1)
         return np.asarray(ub.numpy())
+
+    def _outer(self) -> Outer | None:
+        """One group: element ``(n, o, h, w)`` is ``‖w[o]‖·‖patch(n, h, w)‖`` (+ bias), rows
+        by columns over ``(N, Co, Ho·Wo)``, the same products as :meth:`_upper`'s."""
+        g = self._g
+        if g.groups != 1:
+            return None
+        patch, wn, bias = self._parts()
+        rows = np.ascontiguousarray(np.broadcast_to(wn.numpy(), (g.n, g.co)))
+        c = None if bias is None else bias.numpy().reshape(1, g.co, 1)
+        return Outer(rows, patch.reshape(g.n, g.ho * g.wo).numpy(), c)
 
     def _exact(self, idx: np.ndarray) -> np.ndarray:
         g = self._g
@@ -242,17 +280,34 @@ class _ConvInputBound(_NormBound):
         super().__init__(k, shared, 0, k_sum, (geo.n, geo.c, geo.h, geo.w))
         self._g, self._go, self._w = geo, go, w
 
-    def _upper(self) -> np.ndarray:
+    def _parts(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The covering windows' norms (N, g, H, W) and the weights' per input channel (C,),
+        inflated."""
         g = self._g
         sq = self._go.detach().to(_F64).square()
         sq = sq.reshape(g.n, g.groups, g.og, g.ho, g.wo).sum(2)  # (N, g, Ho, Wo)
         cover = conv2d_input(  # type: ignore[no-untyped-call]  # torch: untyped
             (g.n, g.groups, g.h, g.w), g.ones(), sq, g.stride, g.padding, g.dilation, g.groups
         )
-        cover = cover.clamp_min(0.0).sqrt().repeat_interleave(g.cg, dim=1)  # (N, C, H, W)
         w2 = self._w.detach().to(_F64).square()
         wn = w2.reshape(g.groups, g.og, g.cg, g.kh, g.kw).sum((1, 3, 4)).sqrt().reshape(g.c)
-        return np.asarray((cover * (wn * self._inflate()).view(1, g.c, 1, 1)).numpy())
+        return cover.clamp_min(0.0).sqrt(), wn * self._inflate()
+
+    def _upper(self) -> np.ndarray:
+        g = self._g
+        cover, wn = self._parts()
+        cover = cover.repeat_interleave(g.cg, dim=1)  # (N, C, H, W)
+        return np.asarray((cover * wn.view(1, g.c, 1, 1)).numpy())
+
+    def _outer(self) -> Outer | None:
+        """One group: ``‖w[:, c]‖·‖covering go(n, y, x)‖`` as rows by columns over
+        ``(N, C, H·W)``, the same products as :meth:`_upper`'s."""
+        g = self._g
+        if g.groups != 1:
+            return None
+        cover, wn = self._parts()
+        rows = np.ascontiguousarray(np.broadcast_to(wn.numpy(), (g.n, g.c)))
+        return Outer(rows, cover.reshape(g.n, g.h * g.w).numpy(), None)
 
     def _exact(self, idx: np.ndarray) -> np.ndarray:
         g = self._g

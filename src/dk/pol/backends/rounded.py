@@ -39,7 +39,7 @@ from dk.crypto.hashing import tagged_hash
 from dk.errors import FormatError
 from dk.pol.backends import bf16, blocked, devscan, kernels64
 from dk.pol.backends import ops as op_tables
-from dk.pol.backends._scan import bounded_scan, round_scan
+from dk.pol.backends._scan import Outer, bounded_scan, round_scan
 from dk.pol.backends.bounds import (
     C_MISSING,
     C_RECORD,
@@ -511,7 +511,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(float32 rounding of v, elements with D <= t_e)`` (``use_m``: ``D <= m_e``)."""
         which = 1 if use_m else 0
-        r, idx = self._scan_bounded(v, bound.s_upper(), bound, use_m)
+        r, idx = self._scan_bounded(v, bound.scan_upper(), bound, use_m)
         if bound.refine and idx.size:  # s_upper bounds S from above
             if bound.whole(idx.size):  # much of the site: scan again with the whole S
                 return self._scan_bounded(v, bound.s(), bound, use_m)
@@ -520,15 +520,16 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         return r, idx
 
     def _scan_bounded(
-        self, v: np.ndarray, s: np.ndarray, bound: Bound, use_m: bool
+        self, v: np.ndarray, s: np.ndarray | Outer, bound: Bound, use_m: bool
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One scan of ``v`` with ``s`` (``S`` or an upper bound of it)."""
+        """One scan of ``v`` with ``s`` (``S`` or an upper bound of it, flat or as factors)."""
         cap = bound_cap(self.t_bits)
         consts = (C_RECORD, C_MISSING, cap, cap // 2)
         r, idx, any_tiny = bounded_scan(v, s, (bound.k, bound.k_sum), consts, use_m)
         if any_tiny:  # 0 < |v| < 2^-125: exact distances and thresholds in NumPy
             tiny = np.flatnonzero((v != 0) & (np.abs(v) < _TINY))
-            thr = thresholds(v[tiny], s[tiny], bound.k, self.t_bits, bound.k_sum)
+            s_tiny = s.at(tiny) if isinstance(s, Outer) else s[tiny]
+            thr = thresholds(v[tiny], s_tiny, bound.k, self.t_bits, bound.k_sum)
             idx = np.union1d(idx, tiny[boundary_distance(v[tiny]) <= thr[1 if use_m else 0]])
         return r, idx
 
