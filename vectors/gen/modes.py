@@ -7,7 +7,11 @@ trained in three ways: exact (``honest/``), tolerant (``tolerant-*``, PyTorch on
 and exact with top-k compression (``compressed-*``); forgeries re-commit and re-sign with the
 worker key (``vectors/gen/forge.py``). The tolerant bundle is trained by PyTorch, whose
 float32 kernels are not specified, so a rerun on another CPU may write other bytes; its cases
-only need the replay to land within the tolerance, which holds on any machine.
+only need the replay to land within the tolerance, which holds on any machine. The compressed
+run has two data-parallel ranks (SPEC §8.5), so it trains on dk's kernels and its bytes are the
+same on every CPU: a one-rank compressed job trains on PyTorch (``pol.backend = "torch"``,
+same machine only), whose bundle another CPU replays to other bits (an AVX-512 CPU gave
+``REPLAY_MISMATCH`` on the one-rank bundle an AVX2 CPU wrote).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from dk.crypto.canonical_json import canonical_json
+from dk.crypto.keys import SigningKey
 from dk.vectors import write_cases
 from dk.vectors.modes import _check_bundle, _check_challenge, report_from_body
 from vectors.gen.bundle import BEACON, WORKER, _blobs_in_name_order, _copy_real, tiny_job
@@ -30,11 +35,19 @@ from vectors.gen.forge import Forgery
 ALL = 1000
 
 
+# The compressed run's ranks: rank 0 is the worker who submits (SPEC §8.5).
+RANK_KEYS = [WORKER, SigningKey(bytes([0xC1]) * 32)]
+
+
 def _train(job: Any, tmp: Path, out: Path) -> Path:
+    from dk.dist.local import train_threads
     from dk.pol import train_job
     from dk.prover import prove_run
 
-    train_job(job, tmp / f"run-{out.name}")
+    if job.train.get("world_size", 1) > 1:
+        train_threads(job, tmp / f"run-{out.name}", RANK_KEYS)
+    else:
+        train_job(job, tmp / f"run-{out.name}")
     bundle = prove_run(tmp / f"run-{out.name}", job, WORKER, tmp / f"bundle-{out.name}")
     _copy_real(bundle, out)
     return out
@@ -52,12 +65,23 @@ def _scaled_end(src: Path, dst: Path, j: int, factor: float) -> None:
 
 
 def _residual_zeroed(src: Path, dst: Path) -> None:
+    """Every rank's error-feedback residual in checkpoint 2 zeroed; re-committed, and signed
+    again by the worker and by each rank (a forger holding every rank's key)."""
+    from dk.pol.rank_ext import rank_signing_digest
+
     f = Forgery(src, dst)
     t = f.tensors(2)
-    for k in sorted(t):
-        if k.endswith("/residual"):
-            t[k] = np.zeros_like(t[k])
+    zeroed = [k for k in sorted(t) if k.endswith("/residual")]
+    assert len(zeroed) >= len(RANK_KEYS), zeroed
+    for k in zeroed:
+        t[k] = np.zeros_like(t[k])
     f.put(2, t)
+    f.commit(WORKER)
+    jid, root = bytes.fromhex(f.m["job_id"]), bytes.fromhex(f.m["transcript_root"])
+    f.m["rank_signatures"] = [
+        k.sign(rank_signing_digest(jid, root, r, k.verify_key.raw)).hex()
+        for r, k in enumerate(RANK_KEYS)
+    ]
     f.commit(WORKER)
 
 
@@ -85,7 +109,7 @@ def bundle_cases(out: Path, tmp: Path) -> list[dict[str, Any]]:
     from dk.verifier import verify_bundle
 
     exact, tolerant = tiny_job(), tiny_job(mode="tolerant", tolerance=1e-3)
-    compressed = tiny_job(train={"compression": "topk:0.05"})
+    compressed = tiny_job(train={"compression": "topk:0.05", "world_size": 2})  # dk's kernels
     for name, job in (("job.toml", exact), ("job-tolerant.toml", tolerant),
                       ("job-compressed.toml", compressed)):  # fmt: skip
         (out / name).write_text(job.to_toml(), encoding="utf-8")
@@ -111,9 +135,10 @@ def bundle_cases(out: Path, tmp: Path) -> list[dict[str, Any]]:
               "tolerant-within", "job-tolerant.toml", "valid"),
         _case("tolerant mode: checkpoint 2 moved by 5 % of its update, beyond tolerance",
               "tolerant-beyond", "job-tolerant.toml", "invalid", "REPLAY_MISMATCH"),
-        _case("compressed run (topk:0.05, error feedback): honest", "compressed-honest",
-              "job-compressed.toml", "valid"),
-        _case("compressed run: error-feedback residual of checkpoint 2 zeroed (re-committed)",
+        _case("compressed run (topk:0.05, error feedback, 2 data-parallel ranks on dk's "
+              "kernels): honest", "compressed-honest", "job-compressed.toml", "valid"),
+        _case("compressed run: both ranks' error-feedback residuals of checkpoint 2 zeroed "
+              "(re-committed)",
               "compressed-residual-zeroed", "job-compressed.toml", "invalid",
               "REPLAY_MISMATCH"),
         _case(f"integrity challenged: interval {i} challenged, honest", "honest", "job.toml",
