@@ -1,4 +1,4 @@
-"""One-pass rounding scans of a float64 site (Numba): float32 rounding plus boundary candidates.
+"""Rounding scans of a float64 site (Numba): float32 rounding plus boundary candidates.
 
 :func:`round_scan` (every element's threshold the job's ``t``) is equivalent to
 ``r = v.astype(float32) + float32(0)`` (a zero rounds to +0, SPEC VI §2) and
