@@ -127,6 +127,21 @@ def test_upper_bound_covers_s_and_the_flagged_get_s_itself(case: Case) -> None:
     np.testing.assert_array_equal(at_all, bound.s())
 
 
+def _product_bound(args: tuple[Any, ...], kwargs: dict[str, Any]) -> np.ndarray:
+    """``|α|·(1 + K·2^-20)·‖A_i‖·‖B_j‖ + |β|·(1 + 2^-20)·|C_ij|``, flat, in float64 in the order
+    ``normbounds`` documents (products of three: the scalar first)."""
+    c, a, b = args if len(args) == 3 else (None, *args)
+    alpha, beta = abs(kwargs.get("alpha", 1)), abs(kwargs.get("beta", 1))
+    a64, b64 = a.double().numpy(), b.double().numpy()
+    rows = np.sqrt(np.einsum("...ik,...ik->...i", a64, a64))
+    cols = np.sqrt(np.einsum("...kj,...kj->...j", b64, b64))
+    k = a.shape[-1] + (2 if c is not None else 0)
+    ub = (rows * (alpha * (1.0 + k * 2.0**-20)))[..., :, None] * cols[..., None, :]
+    if c is not None and beta != 0:
+        ub = ub + beta * (1.0 + 2.0**-20) * np.abs(c.double().numpy())
+    return np.asarray(ub).reshape(-1)
+
+
 @pytest.mark.parametrize("case", _cases(), ids=lambda c: c[0])
 def test_the_scan_takes_the_array_bound_as_factors(case: Case) -> None:
     """Matrix products and one-group convolutions (forward, grad input) hand the scan their
@@ -139,6 +154,8 @@ def test_the_scan_takes_the_array_bound_as_factors(case: Case) -> None:
     assert isinstance(given, Outer) == as_factors
     flat = given.full() if isinstance(given, Outer) else given
     np.testing.assert_array_equal(flat.view(np.int64), bound.s_upper().view(np.int64))
+    if cls == "_ProductBound":  # and both are the formula, computed here from the operands
+        np.testing.assert_allclose(flat, _product_bound(args, kwargs), rtol=1e-12, atol=0)
     if isinstance(given, Outer):
         idx = np.random.default_rng(5).choice(flat.size, 50)
         np.testing.assert_array_equal(given.at(idx), flat[idx])

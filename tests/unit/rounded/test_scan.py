@@ -10,28 +10,36 @@ float32's range, ``S`` NaN or infinite) must come out the same too, and ``S`` gi
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
 from dk.pol.backends import _scan
 from dk.pol.backends._scan import HALF, M29, Outer, bounded_scan, scan_bounded
-from dk.pol.backends.bounds import C_MISSING, C_RECORD, T_CAP, thresholds
+from dk.pol.backends.bounds import C_MISSING, C_RECORD, T_CAP, bound_cap, thresholds
 
 CONSTS = (C_RECORD, C_MISSING, T_CAP, T_CAP // 2)
 T_BITS = 1 << 19
+WIDE = (1 << 28) - 1  # the widest t: the cap near 2^28, where the margin is needed most
+
+
+def _consts(t_bits: int) -> tuple[float, float, int, int]:
+    cap = bound_cap(t_bits)
+    return (C_RECORD, C_MISSING, cap, cap // 2)
 
 
 def _reference(
-    v: np.ndarray, s: np.ndarray, k: tuple[int, int], use_m: bool
+    v: np.ndarray, s: np.ndarray, k: tuple[int, int], use_m: bool, consts: Any = CONSTS
 ) -> tuple[np.ndarray, np.ndarray]:
     """``scan_bounded`` on every element: one pass, the thresholds of SPEC's formula."""
     r, idx = np.empty(v.size, np.float32), np.empty(v.size, np.int64)
-    n, _ = scan_bounded(v, np.asarray(s, np.float64), k[0], k[1], *CONSTS, use_m, r, idx)
+    n, _ = scan_bounded(v, np.asarray(s, np.float64), k[0], k[1], *consts, use_m, r, idx)
     return r, idx[:n]
 
 
 def _at_threshold(
-    rng: np.random.Generator, s: np.ndarray, k: tuple[int, int], use_m: bool
+    rng: np.random.Generator, s: np.ndarray, k: tuple[int, int], use_m: bool, t_bits: int = T_BITS
 ) -> np.ndarray:
     """Values whose ``D`` is ``floor(threshold) + {-1, 0, 1}`` under ``S = s``, ``|x|`` just
     under ``2^(e+1)`` (every third element) or anywhere in its binade."""
@@ -42,7 +50,7 @@ def _at_threshold(
     sign = rng.choice(np.array([0, 1 << 63], dtype=np.uint64), n)
     base = ((e + 1023).astype(np.uint64) << np.uint64(52)) | (hi.astype(np.uint64) << np.uint64(29))
     v = (base | np.uint64(HALF)).view(np.float64)  # on the boundary: the binade and gap of v
-    t_e, m_e = thresholds(v, s, k[0], T_BITS, k[1])
+    t_e, m_e = thresholds(v, s, k[0], t_bits, k[1])
     thr = m_e if use_m else t_e
     d = np.floor(thr).astype(np.int64) + rng.integers(-1, 2, n)
     d = np.clip(d, 0, HALF - 1)
@@ -62,19 +70,27 @@ def _specials(rng: np.random.Generator, v: np.ndarray, s: np.ndarray) -> None:
     s[s_pick] = rng.choice(np.array([np.nan, np.inf, 0.0, 1e300]), s_pick.size)
 
 
+@pytest.mark.parametrize("t_bits", [T_BITS, WIDE])
 @pytest.mark.parametrize("use_m", [False, True])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_two_passes_equal_one_pass_at_the_threshold(seed: int, use_m: bool) -> None:
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_two_passes_equal_one_pass_at_the_threshold(seed: int, use_m: bool, t_bits: int) -> None:
+    """Seeds 2 and 3 add specials; ``S`` holds float32 values in seeds 1 and 3, and seed 1
+    passes it as a float32 array (``Bound.s()`` on the CPU); ``WIDE`` puts the cap near
+    ``2^28``."""
     rng = np.random.default_rng(seed)
     n = 30_000
     k = (int(rng.integers(1, 4096)), 0)
     k = (k[0], int(rng.integers(1, k[0] + 1)))
     s = np.exp2(rng.uniform(-30, 10, n)) * rng.uniform(1, 2, n)  # thresholds from 2 to the cap
-    v = _at_threshold(rng, s, k, use_m)
-    if seed == 2:
+    if seed % 2:
+        s = s.astype(np.float32).astype(np.float64)
+    v = _at_threshold(rng, s, k, use_m, t_bits)
+    if seed >= 2:
         _specials(rng, v, s)
-    r, idx, tiny = bounded_scan(v, s, k, CONSTS, use_m)
-    r_ref, idx_ref = _reference(v, s, k, use_m)
+    consts = _consts(t_bits)
+    given = s.astype(np.float32) if seed % 2 and seed < 2 else s
+    r, idx, tiny = bounded_scan(v, given, k, consts, use_m)
+    r_ref, idx_ref = _reference(v, s, k, use_m, consts)
     assert idx_ref.size > n // 10  # the threshold cases are in the test
     np.testing.assert_array_equal(idx, idx_ref)
     np.testing.assert_array_equal(r.view(np.int32), r_ref.view(np.int32))

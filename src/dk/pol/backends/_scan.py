@@ -13,8 +13,9 @@ branch-free, so that LLVM vectorises it: the rounding, and a necessary condition
 first one kept. The result is that of :func:`scan_bounded` on every element: 4–5× faster on a
 product's site (``bench/bench_rounded.py --site``).
 
-The necessary condition: for a non-tiny ``x`` in ``[2^e, 2^(e+1))`` the float32 gap is
-``g = 2^(e-23) > |x|·2^-24``, so ``β = γ·S⁺·2^29/g < γ·S⁺·2^53/|x|`` and ``D <= c·β + a``
+The necessary condition: ``S`` is a sum of absolute values, so ``S >= 0`` (a negative ``S``
+would reverse it; no bound gives one). For a non-tiny ``x`` in ``[2^e, 2^(e+1))`` the float32
+gap is ``g = 2^(e-23) > |x|·2^-24``, so ``β = γ·S⁺·2^29/g <= γ·S⁺·2^53/|x|`` and ``D <= c·β + a``
 (``c, a = 2.5, 2`` when recording, ``0.4, 0`` for the verifier's ``m_e``) implies
 ``(D - a)·|x| <= c·γ·S⁺·2^53``. The first pass keeps every element where that product does
 not exceed the right side times ``1 + 2^-20`` (a margin far above the few roundings of either
@@ -198,8 +199,8 @@ def bounded_scan(
     use_m: bool,
 ) -> tuple[np.ndarray, np.ndarray, bool]:
     """``(float32 rounding, indices within t_e (use_m: m_e), any tiny nonzero)`` of ``v``;
-    ``s`` is ``S`` or an upper bound of it, flat or as :class:`Outer`; ``k`` is ``(K, K')``:
-    the site's term count and its blocked sum's (SPEC VI §2). The indices are
+    ``s`` is ``S`` or an upper bound of it (``>= 0``), flat or as :class:`Outer`; ``k`` is
+    ``(K, K')``: the site's term count and its blocked sum's (SPEC VI §2). The indices are
     :func:`scan_bounded`'s (module docstring)."""
     c_rec, c_miss, t_cap, m_cap = consts
     cap = m_cap if use_m else t_cap
