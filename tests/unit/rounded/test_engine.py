@@ -143,8 +143,9 @@ def test_a_log_out_of_order_is_invalid(honest: Any) -> None:
         RoundedMode.replay(RoundingLog(**{**vars(log), "entries": entries}))
     assert e.value.reason == LOG_INVALID
     repeated = [log.entries[0], *log.entries]
-    with pytest.raises(FormatError):
+    with pytest.raises(FormatError) as e:
         RoundedMode.replay(RoundingLog(**{**vars(log), "entries": repeated}))
+    assert e.value.reason == LOG_INVALID
 
 
 def test_an_entrys_value_is_the_neighbour_on_its_side() -> None:

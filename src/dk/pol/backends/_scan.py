@@ -211,7 +211,9 @@ def bounded_scan(
     if isinstance(s, Outer):
         c = np.zeros(1) if s.c is None else np.ascontiguousarray(s.c, dtype=np.float64)
         cs = np.zeros(3, dtype=np.int64)
-        if s.c is not None:  # element strides of c broadcast to (B, m, n); 0 where broadcast
+        # c flat with element strides (0 where broadcast), not a broadcast 3-D view: Numba's
+        # strided arrays stop LLVM vectorising the pass (measured 7.3 ms against 1.5 ms)
+        if s.c is not None:
             strides = np.broadcast_to(c, s.shape).strides
             cs[:] = [st // c.itemsize for st in strides]
         shape = s.shape
