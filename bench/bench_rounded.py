@@ -416,7 +416,8 @@ def site_costs() -> None:
     torch.manual_seed(0)
     a, b = (torch.randn(256, 2048) * 1e-3).t(), torch.randn(256, 512)
     mm = torch.ops.aten.mm.default
-    out = kernels64.run(mm, (a.double(), b.double()), {})
+    a64, b64 = a.double(), b.double()
+    out = kernels64.matmul("mm", (a64, b64), {})
     mode = RoundedMode.record(job_id=bytes(32), interval=0)
     bound = site_bounds(mm, (a, b), {}, out)[id(out)]
     ub = bound._upper().reshape(-1)
@@ -438,7 +439,8 @@ def site_costs() -> None:
 
     rows = [
         ("float32 product (torch)", lambda: a @ b),
-        ("float64 product (kernels64)", lambda: kernels64.run(mm, (a.double(), b.double()), {})),
+        ("float64 product (NumPy, kernels64)", lambda: kernels64.matmul("mm", (a64, b64), {})),
+        ("float64 product (ATen)", lambda: torch.mm(a64, b64)),
         ("rounding site, whole", site),
         ("  norm bound as factors", bound._factors),
         ("  bounded scan of the factors", lambda: mode._scan_bounded(v, factors, bound, False)),
@@ -449,17 +451,21 @@ def site_costs() -> None:
         ("streaming 20 B an element (v*s -> float32)", lambda: np.multiply(v, ub, out=r32)),
         ("streaming 24 B an element (v+s -> float64)", lambda: np.add(v, ub, out=tmp)),
     ]
-    print(f"one bounded site, {v.size} elements, torch threads {torch.get_num_threads()}:")
+    print(f"one bounded site, {v.size} elements, torch threads {torch.get_num_threads()}; "
+          f"this machine's float64 products: {kernels64.PRODUCTS}:")  # fmt: skip
     for name, fn in rows:
         print(f"  {name:44s} {_best_ms(fn):7.2f} ms")
-    print("NumPy float64 products / torch float32 products (LM width 512 shapes):")
+    print("float64 products (NumPy's, ATen's) / torch float32 products (LM width 512 shapes):")
     rng = np.random.default_rng(0)
     for m, k, n in ((256, 512, 2048), (256, 2048, 512), (512, 256, 2048)):
         x, y = rng.standard_normal((m, k)), rng.standard_normal((k, n))
         tx, ty = torch.from_numpy(x.astype(np.float32)), torch.from_numpy(y.astype(np.float32))
+        dx, dy = torch.from_numpy(x), torch.from_numpy(y)
         kernels64.threads.sync()
         f64, f32 = _best_ms(lambda x=x, y=y: x @ y), _best_ms(lambda tx=tx, ty=ty: tx @ ty)
-        print(f"  {m}x{k} @ {k}x{n}: {f64:6.2f} ms / {f32:6.2f} ms = {f64 / f32:.2f}x")
+        t64 = _best_ms(lambda dx=dx, dy=dy: dx @ dy)
+        print(f"  {m}x{k} @ {k}x{n}: NumPy {f64:6.2f} ms, ATen {t64:6.2f} ms / {f32:6.2f} ms = "
+              f"{f64 / f32:.2f}x, {t64 / f32:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -25,8 +25,10 @@ JOB = bytes(range(32))
 
 @pytest.fixture(autouse=True)
 def _one_thread(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """One thread; every convolution through the fast kernels, however small."""
+    """One thread; every convolution through the fast kernels, however small; matrix products
+    through NumPy's, whatever this machine's CPU (``PRODUCTS``)."""
     monkeypatch.setattr(kernels64, "MIN_MACS", dict.fromkeys(kernels64.MIN_MACS, 0))
+    monkeypatch.setattr(kernels64, "PRODUCTS", "numpy")
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -235,3 +237,76 @@ def test_numpys_blas_follows_torchs_thread_count() -> None:
         torch.set_num_threads(n)
         assert kernels64.matmul("mm", (a, b), {}) is not None
         assert blas_threads() == {n}
+
+
+@pytest.mark.parametrize(
+    ("vendor", "mkl", "aten"),
+    [
+        ("GenuineIntel", True, True),
+        ("AuthenticAMD", True, False),
+        ("GenuineIntel", False, False),
+        ("", True, False),
+    ],
+)
+def test_products_go_to_aten_only_with_mkl_on_intel(vendor: str, mkl: bool, aten: bool) -> None:
+    assert kernels64.aten_products(vendor, mkl) is aten
+
+
+def test_the_cpu_vendor_is_read_on_linux() -> None:
+    try:
+        text = open("/proc/cpuinfo", encoding="ascii", errors="replace").read()
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    if "vendor_id" not in text:
+        pytest.skip("no vendor_id in /proc/cpuinfo (not x86)")
+    assert kernels64._cpu_vendor() in text and kernels64._cpu_vendor() != ""
+
+
+def test_products_left_to_aten_keep_the_convolutions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PRODUCTS = "aten"``: no matrix product through NumPy, convolutions still."""
+    monkeypatch.setattr(kernels64, "PRODUCTS", "aten")
+    b = ex.build("resnet", seed=2, width=8, batch=4)
+    before = kernels64.calls.copy()
+    rec = RoundedMode.record(job_id=JOB, interval=0)
+    ex.train(b, range(1), lambda: rec)
+    rec.finish()
+    ran = kernels64.calls - before
+    assert ran["convolution"] > 0
+    assert not any(ran[n] for n in ("mm", "addmm", "bmm", "baddbmm")), ran
+    g = torch.Generator().manual_seed(3)
+    a, w = _rand(g, 4, 5), _rand(g, 5, 3)
+    assert kernels64.run(A.mm.default, (a, w), {}) is None
+    monkeypatch.setattr(kernels64, "PRODUCTS", "numpy")
+    assert kernels64.run(A.mm.default, (a, w), {}) is not None
+
+
+def _products() -> int:
+    return sum(kernels64.calls[n] for n in ("mm", "addmm", "bmm", "baddbmm"))
+
+
+@pytest.mark.parametrize(("record", "replay"), [("numpy", "aten"), ("aten", "numpy")])
+def test_a_run_recorded_with_one_products_kernel_replays_with_the_other(
+    monkeypatch: pytest.MonkeyPatch, record: str, replay: str
+) -> None:
+    """Through ``PRODUCTS``: NumPy's products really ran on exactly one side, and both runs
+    end in the same bits."""
+    cfg = {"seed": 6, "width": 32, "batch": 4}
+    built = [ex.build("lm", **cfg) for _ in range(2)]
+    for b in built:
+        ex.train(b, range(1))
+    monkeypatch.setattr(kernels64, "PRODUCTS", record)
+    rec = RoundedMode.record(job_id=JOB, interval=1)
+    n0 = _products()
+    ex.train(built[0], range(1, 3), lambda: rec)
+    log = rec.finish()
+    n1 = _products()
+    monkeypatch.setattr(kernels64, "PRODUCTS", replay)
+    rep = RoundedMode.replay(log)
+    ex.train(built[1], range(1, 3), lambda: rep)
+    rep.finish()
+    n2 = _products()
+    assert (n1 > n0, n2 > n1) == (record == "numpy", replay == "numpy")
+    for (k, v), (k2, v2) in zip(
+        built[0]["model"].state_dict().items(), built[1]["model"].state_dict().items(), strict=True
+    ):
+        assert k == k2 and torch.equal(v, v2), k

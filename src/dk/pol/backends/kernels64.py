@@ -3,12 +3,13 @@
 A bounded site's thresholds come from an a-priori bound ``γ_K·S`` that holds for every
 summation order, so its float64 value may come from any correct float64 kernel; the verifier
 need not use the same one. PyTorch's CPU build computes float64 matrix products with MKL
-(slow on AMD CPUs) and float64 convolutions with a generic im2col loop; NumPy's OpenBLAS is
-1.5-3x faster on the same products. Here:
+and float64 convolutions with a generic im2col loop. On an AMD EPYC (AVX2) NumPy's OpenBLAS
+was 1.5-3x faster than MKL on the same products; on an Intel Xeon (AVX-512) MKL was 1.0-1.4x
+faster than OpenBLAS (``PRODUCTS`` picks one per machine). Here:
 
 * ``mm``, ``addmm``, ``bmm``, ``baddbmm``: NumPy ``matmul`` on float64 views of the tensors
   (``β·C`` and ``α`` applied after the product: at most two more roundings, which ``K``
-  counts);
+  counts), unless ``PRODUCTS`` is ``"aten"`` (:func:`aten_products`);
 * ``convolution`` (2-D, ``groups = 1``, not transposed, any stride, padding, dilation):
   im2col by chunks of images that fit in cache, then one batched ``matmul`` per chunk (a
   convolution summed in one block, SPEC VI §1), or one per chunk and block of channels with
@@ -247,6 +248,37 @@ def convolution(args: Any, kwargs: Any) -> Any:
     return torch.from_numpy(out.reshape(n, co, cols.ho, cols.wo))
 
 
+def _cpu_vendor() -> str:
+    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...), or ``""``."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    import platform
+
+    return "GenuineIntel" if "GenuineIntel" in platform.processor() else ""
+
+
+def aten_products(vendor: str | None = None, mkl: bool | None = None) -> bool:
+    """True where ATen's float64 matrix products are left to ATen: torch's BLAS is MKL and
+    the CPU is Intel's. Measured one thread, LM shapes (``bench_rounded.py --site``): on an
+    Intel Xeon with AVX-512 MKL's float64 products were 1.0-1.4x faster than NumPy's OpenBLAS
+    (a width-512 LM interval 6-9 % less CPU, the same log); on an AMD EPYC with AVX2 MKL was
+    1.5-3x slower. Everywhere else NumPy's. Either is a correct kernel (SPEC VI §1): the
+    choice is this machine's speed, never the result's validity."""
+    vendor = _cpu_vendor() if vendor is None else vendor
+    mkl = bool(torch._C.has_mkl) if mkl is None else mkl
+    return mkl and vendor == "GenuineIntel"
+
+
+# Who computes the float64 matrix products of bounded sites on this machine: "numpy" (``matmul``)
+# or "aten" (the caller's ATen kernel). Tests set it.
+PRODUCTS = "aten" if aten_products() else "numpy"
+
+
 def run(func: Any, args: Any, kwargs: Any) -> Any:
     """The covered call ``func(*args, **kwargs)`` on float64 CPU tensors through a faster
     kernel, or None (the caller runs ATen): only ``.default`` overloads of bounded ops."""
@@ -254,7 +286,7 @@ def run(func: Any, args: Any, kwargs: Any) -> Any:
         return None
     name = func.overloadpacket.__name__
     if name in ("mm", "addmm", "bmm", "baddbmm"):
-        return matmul(name, args, kwargs)
+        return matmul(name, args, kwargs) if PRODUCTS == "numpy" else None
     if name == "convolution":
         return convolution(args, kwargs)
     return None
