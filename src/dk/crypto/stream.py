@@ -96,16 +96,75 @@ def permutation(key: bytes, n: int) -> np.ndarray:
         return np.arange(n, dtype=np.int64)
     if n >= 1 << 32:
         return _permutation_sequential(key, n)
+    j = _draws(key, n)
+    if j is None:
+        return _permutation_sequential(key, n)
+    a = list(range(n))
+    for i, ji in zip(range(n - 1, 0, -1), j[:0:-1].tolist(), strict=True):
+        a[i], a[ji] = a[ji], a[i]
+    return np.asarray(a, dtype=np.int64)
+
+
+def _draws(key: bytes, n: int) -> np.ndarray | None:
+    """``j`` of every step of :func:`permutation` (``out[i]`` for ``i = 1 .. n - 1``; ``out[0]
+    = 0``) when the ``n - 1`` words hit no rejection (then word ``k`` is step ``n - 1 - k``'s),
+    else None."""
     w = stream_words(key, n - 1)
     bounds = np.arange(n, 1, -1, dtype=np.uint64)  # i + 1 for i = n-1 .. 1
     limits = np.uint64(0) - (np.uint64(0) - bounds) % bounds  # 2^64 - (2^64 mod b), mod 2^64
     if not np.all((w < limits) | (limits == 0)):
-        return _permutation_sequential(key, n)
-    js = (w % bounds).tolist()
-    a = list(range(n))
-    for i, j in zip(range(n - 1, 0, -1), js, strict=True):
-        a[i], a[j] = a[j], a[i]
-    return np.asarray(a, dtype=np.int64)
+        return None
+    j = np.zeros(n, dtype=np.int64)
+    j[:0:-1] = (w % bounds).astype(np.int64)  # j[n-1] from word 0, ..., j[1] from word n-2
+    return j
+
+
+class PermutationIndex:
+    """Entries of :func:`permutation` ``(key, n)`` without running the whole shuffle.
+
+    A verifier needs a few batches of an epoch's permutation (SPEC §8), not all ``n`` entries;
+    the shuffle's Python loop costs about 1 s at ``n = 1.28 M``. Position ``p`` is final once
+    step ``i = p`` has swapped it, and holds what position ``j_p`` held just before that step.
+    Position ``x <= i`` was last written, before step ``i``, by the step ``t > i`` with
+    ``j_t = x`` that ran last, i.e. the least such ``t``; that step moved in what position ``t``
+    held just before step ``t``; if no step chose ``x``, it still holds ``x``. So ``a[p]``
+    follows the chain ``(x, i) = (j_p, p) -> (t, t) -> ...`` until no step chose ``x``; steps
+    are indexed by ``(j_t, t)``, sorted once (``O(n log n)``, vectorised), and each link is a
+    binary search. The values are :func:`permutation`'s (tests compare them); a rejection
+    among the words, or ``n`` outside ``[2, 2**31)``, falls back to the whole shuffle.
+    """
+
+    def __init__(self, key: bytes, n: int) -> None:
+        self.n = n
+        self._full: np.ndarray | None = None
+        j = _draws(key, n) if 2 <= n < 1 << 31 else None
+        if j is None:
+            self._full = permutation(key, n)
+            return
+        self._j = j.astype(np.int32)  # 4 + 8 bytes an entry with the keys (the shuffle: 8)
+        steps = np.arange(1, n, dtype=np.int64)
+        self._keys = np.sort(j[1:] * n + steps)  # (j_t, t) as one integer, n**2 < 2**62
+
+    def at(self, positions: np.ndarray) -> np.ndarray:
+        """``permutation(key, n)[positions]`` as int64 (``positions`` in ``[0, n)``)."""
+        p = np.asarray(positions, dtype=np.int64)
+        if p.size and (p.min() < 0 or p.max() >= self.n):
+            raise IndexError("permutation position out of range")
+        if self._full is not None:
+            return self._full[p]
+        n, keys = self.n, self._keys
+        x, i = self._j[p].astype(np.int64), p.copy()  # the chain's (x, i); p = 0: j_0 = 0, i = 0
+        live = np.arange(p.size)
+        while live.size:
+            xs = x[live]
+            at = np.searchsorted(keys, xs * n + i[live] + 1)  # first (j_t, t) > (x, i)
+            found = at < keys.size
+            k = keys[np.minimum(at, keys.size - 1)]
+            found &= k // n == xs  # a step t > i chose x
+            live = live[found]
+            t = k[found] % n
+            x[live], i[live] = t, t
+        return x
 
 
 def sample_without_replacement(key: bytes, n: int, s: int) -> list[int]:

@@ -42,7 +42,7 @@ class Replayer:
         self.job, self.dataset, self.threads = job, dataset, threads
         #: The step losses ``ℓ_t`` of the last :meth:`run` (SPEC §11.7), in step order.
         self.step_losses: list[float] = []
-        self.sampler = job_sampler(job, len(dataset))
+        self.sampler = job_sampler(job, len(dataset), sparse=True)  # a few batches an epoch
         self.kernels = KernelSession(job) if uses_kernels(job) else None
         #: Data-parallel jobs (SPEC §8.5): each rank's step digests of the last replay.
         self.rank_steps: list[list[bytes]] | None = None
@@ -85,6 +85,7 @@ class Replayer:
         caller's check. A log that does not fit this replay raises ``RoundingLogError``.
         """
         self.step_losses = []
+        self.sampler.prefetch(start_step, end_step)
         if self.job.world_size > 1 and self.kernels is not None:  # W ranks in rank order
             from dk.pol.parallel import ParallelKernelSession, replay_parallel
 

@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from dk.crypto.hashing import TAG_BATCH, tagged_hash, u64
-from dk.crypto.stream import permutation, stream_key
+from dk.crypto.stream import PermutationIndex, permutation, stream_key
 from dk.errors import FormatError
 
 
@@ -25,32 +25,62 @@ def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
     return perm
 
 
-class Sampler:
-    """Batch indices for every step of a job."""
+@lru_cache(maxsize=64)
+def epoch_index(seed: int, epoch: int, n: int) -> PermutationIndex:
+    """Entries of :func:`epoch_permutation` on demand (:class:`PermutationIndex`)."""
+    return PermutationIndex(stream_key("sampler", seed, u64(epoch)), n)
 
-    def __init__(self, seed: int, n: int, batch_size: int) -> None:
+
+class Sampler:
+    """Batch indices for every step of a job.
+
+    ``sparse``: each epoch's batches come from :func:`epoch_index` instead of the whole
+    shuffle (the same indices), for callers that need a few batches of many epochs (a
+    verifier's challenged intervals); a trainer, which needs every batch, keeps the default.
+    """
+
+    def __init__(self, seed: int, n: int, batch_size: int, *, sparse: bool = False) -> None:
         if batch_size > n:
             raise FormatError(f"batch_size {batch_size} exceeds the dataset size {n}")
         self.seed, self.n, self.batch_size = seed, n, batch_size
         self.steps_per_epoch = n // batch_size
+        self.sparse = sparse
+        self._ahead: dict[int, np.ndarray] = {}  # sparse: batches of the steps prefetched
 
     def state(self, step: int) -> tuple[int, int]:
         """(epoch, position) of ``step``."""
         return divmod(step, self.steps_per_epoch)
 
+    def _span(self, e: int, lo: int, hi: int) -> np.ndarray:
+        """Entries ``lo .. hi - 1`` of epoch ``e``'s permutation."""
+        if self.sparse:
+            return epoch_index(self.seed, e, self.n).at(np.arange(lo, hi))
+        return epoch_permutation(self.seed, e, self.n)[lo:hi]
+
+    def prefetch(self, start: int, end: int) -> None:
+        """Sparse: compute the batches of steps ``start .. end-1`` at once (one chain walk for
+        all of them), for the :meth:`batch` calls of a replay that follow."""
+        self._ahead = {}
+        if self.sparse and end > start:
+            idx, b = self.interval_indices(start, end), self.batch_size
+            self._ahead = {t: idx[(t - start) * b : (t - start + 1) * b] for t in range(start, end)}
+
     def batch(self, step: int) -> np.ndarray:
         """Sample indices of ``step`` (0-based)."""
+        got = self._ahead.get(step)
+        if got is not None:
+            return got
         e, p = self.state(step)
         b = self.batch_size
-        return epoch_permutation(self.seed, e, self.n)[p * b : (p + 1) * b]
+        return self._span(e, p * b, (p + 1) * b)
 
     def interval_indices(self, start: int, end: int) -> np.ndarray:
         """Concatenated indices of steps ``start .. end-1``."""
         if end > start:
             (e0, p0), (e1, p1) = self.state(start), self.state(end - 1)
             if e0 == e1:  # one epoch: consecutive batches of one permutation
-                perm = epoch_permutation(self.seed, e0, self.n)
-                return perm[p0 * self.batch_size : (p1 + 1) * self.batch_size].astype("<i8")
+                b = self.batch_size
+                return self._span(e0, p0 * b, (p1 + 1) * b).astype("<i8")
         return np.concatenate([self.batch(t) for t in range(start, end)]).astype("<i8")
 
     def batch_commitment(self, interval: int, start: int, end: int) -> bytes:
@@ -59,9 +89,9 @@ class Sampler:
         return tagged_hash(TAG_BATCH, u64(interval), u64(start), u64(end), idx.tobytes())
 
 
-def job_sampler(job: object, n: int) -> Sampler:
-    """The sampler of a job over a dataset of ``n`` samples."""
+def job_sampler(job: object, n: int, *, sparse: bool = False) -> Sampler:
+    """The sampler of a job over a dataset of ``n`` samples (``sparse``: see :class:`Sampler`)."""
     from dk.pol.job import JobSpec
 
     assert isinstance(job, JobSpec)
-    return Sampler(job.seed, n, int(job.train["batch_size"]))
+    return Sampler(job.seed, n, int(job.train["batch_size"]), sparse=sparse)

@@ -299,7 +299,8 @@ def check_init(ctx: Context) -> None:
     job = ctx.job
     try:  # a job whose model or batch size does not fit its own data can have no honest bundle
         check_dims(job, ctx.ds)
-        ctx.sampler = job_sampler(job, len(ctx.ds))
+        # challenged: a few intervals' batches of many epochs; all: every batch of every epoch
+        ctx.sampler = job_sampler(job, len(ctx.ds), sparse=ctx.opts.integrity == "challenged")
     except FormatError as e:
         ctx.fatal("job", e, Reason.JOB_MALFORMED)
     if job.mode == "zk":  # the verifier's own circuit (SPEC IV); needs the zk extra

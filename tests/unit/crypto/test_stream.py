@@ -7,8 +7,10 @@ import hashlib
 import numpy as np
 import pytest
 
+from dk.crypto import stream
 from dk.crypto.hashing import u64
 from dk.crypto.stream import (
+    PermutationIndex,
     WordReader,
     keystream,
     permutation,
@@ -117,6 +119,50 @@ def test_permutation_depends_on_key() -> None:
     c = permutation(stream_key("sampler", 1, u64(0)), 100)
     assert not np.array_equal(a, b) and not np.array_equal(a, c)
     assert not np.array_equal(a, np.arange(100))
+
+
+def test_permutation_index_gives_the_shuffles_entries() -> None:
+    """Every position of fresh keys and sizes (small ones, where the chains are long relative
+    to ``n``, and a few larger), in any order and repeated, against the whole shuffle and the
+    word-by-word definition of SPEC §5.3."""
+    rng = np.random.default_rng(17)
+    sizes = [*range(1, 40), 257, 1797, 4099]
+    for n in sizes:
+        for _ in range(3 if n < 40 else 1):
+            key = rng.bytes(32)
+            want = permutation(key, n)
+            if n <= 257:
+                np.testing.assert_array_equal(want, stream._permutation_sequential(key, n))
+            idx = PermutationIndex(key, n)
+            np.testing.assert_array_equal(idx.at(np.arange(n)), want)
+            pos = rng.integers(0, n, size=min(3 * n, 300))
+            got = idx.at(pos)
+            assert got.dtype == np.int64
+            np.testing.assert_array_equal(got, want[pos])
+    idx = PermutationIndex(KEY, 10)
+    assert idx.at(np.arange(0)).size == 0
+    with pytest.raises(IndexError):
+        idx.at(np.array([10]))
+    with pytest.raises(IndexError):
+        idx.at(np.array([-1]))
+
+
+def test_permutation_index_falls_back_on_a_rejected_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A word at or above its bound's limit (SPEC §5.2) changes how the stream is consumed from
+    there on: the index then uses the word-by-word shuffle, as :func:`permutation` does."""
+    n = 50
+    real = stream.stream_words
+
+    def rejected(key: bytes, count: int) -> np.ndarray:
+        w = real(key, count).copy()
+        w[n - 1 - 2] = np.uint64(2**64 - 1)  # step i = 2: bound 3, limit 2^64 - 1
+        return w
+
+    monkeypatch.setattr(stream, "stream_words", rejected)
+    assert stream._draws(KEY, n) is None
+    want = stream._permutation_sequential(KEY, n)
+    np.testing.assert_array_equal(permutation(KEY, n), want)
+    np.testing.assert_array_equal(PermutationIndex(KEY, n).at(np.arange(n)), want)
 
 
 def test_sample_without_replacement() -> None:

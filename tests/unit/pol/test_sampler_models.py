@@ -170,3 +170,29 @@ def test_interval_indices_are_the_steps_batches_in_order() -> None:
         want = np.concatenate([s.batch(t) for t in range(start, end)]).astype("<i8")
         got = s.interval_indices(start, end)
         assert got.dtype == np.dtype("<i8") and np.array_equal(got, want), (n, b, start, end)
+
+
+def test_a_sparse_sampler_gives_the_same_batches() -> None:
+    """``sparse`` (the verifier's: entries on demand) against the whole shuffle, for steps and
+    intervals within and across epochs, with and without a prefetch."""
+    rng = np.random.default_rng(9)
+    for _ in range(60):
+        n = int(rng.integers(2, 300))
+        b = int(rng.integers(1, n + 1))
+        seed = int(rng.integers(0, 1 << 62))
+        dense, sparse = Sampler(seed, n, b), Sampler(seed, n, b, sparse=True)
+        start = int(rng.integers(0, 4 * dense.steps_per_epoch))
+        end = start + int(rng.integers(1, 3 * dense.steps_per_epoch + 2))
+        want = dense.interval_indices(start, end)
+        np.testing.assert_array_equal(sparse.interval_indices(start, end), want)
+        assert sparse.batch_commitment(3, start, end) == dense.batch_commitment(3, start, end)
+        for t in (start, end - 1):
+            np.testing.assert_array_equal(sparse.batch(t), dense.batch(t))
+        sparse.prefetch(start, end)
+        assert len(sparse._ahead) == end - start
+        got = np.concatenate([sparse.batch(t) for t in range(start, end)])
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(sparse.batch(end), dense.batch(end))  # past the prefetch
+    dense = Sampler(1, 100, 10)
+    dense.prefetch(0, 5)  # a dense sampler has every batch at hand already
+    assert dense._ahead == {}
