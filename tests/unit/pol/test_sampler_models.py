@@ -12,7 +12,7 @@ import torch
 
 from dk.errors import FormatError
 from dk.pol.models import build_model, build_torch_model, init_params, num_parameters, param_specs
-from dk.pol.sampler import Sampler, epoch_permutation
+from dk.pol.sampler import Sampler, epoch_index, epoch_permutation
 
 torch.set_num_threads(1)
 
@@ -176,6 +176,7 @@ def test_a_sparse_sampler_gives_the_same_batches() -> None:
     """``sparse`` (the verifier's: entries on demand) against the whole shuffle, for steps and
     intervals within and across epochs, with and without a prefetch."""
     rng = np.random.default_rng(9)
+    epoch_index.cache_clear()
     for _ in range(60):
         n = int(rng.integers(2, 300))
         b = int(rng.integers(1, n + 1))
@@ -193,6 +194,7 @@ def test_a_sparse_sampler_gives_the_same_batches() -> None:
         got = np.concatenate([sparse.batch(t) for t in range(start, end)])
         np.testing.assert_array_equal(got, want)
         np.testing.assert_array_equal(sparse.batch(end), dense.batch(end))  # past the prefetch
+    assert epoch_index.cache_info().misses > 20  # the index served many of them
     dense = Sampler(1, 100, 10)
     dense.prefetch(0, 5)  # a dense sampler has every batch at hand already
     assert dense._ahead == {}
