@@ -141,3 +141,10 @@ class JobMismatch(DkError, ValueError):
     """A user's model, optimizer, schedule, data or loop is not the job's (Recorder)."""
 
     exit_code = ExitCode.MALFORMED
+
+
+class ModelCodeError(DkError):
+    """The job's own model code (its model file or entry point) raised while dk ran it: the
+    job's input, not a bug in dk. ``__cause__`` is the model's exception."""
+
+    exit_code = ExitCode.MALFORMED

@@ -3,6 +3,7 @@ nothing written that claims what did not happen (no job file, no run.json)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -235,3 +236,71 @@ def test_export_onnx_without_the_jobs_data(
     code, err = _dk(["export", str(d / "run"), *out], capsys)
     assert code == 3 and "traces the model on samples of the job's data" in err
     assert not (d / "w.st").exists() and not (d / "m.onnx").exists()
+
+
+RAISES_AT_STEP_1 = (  # once the optimizer has updated the weight in place: from step 1
+    "import torch\n"
+    "class M(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.fc = torch.nn.Linear(64, 10)\n"
+    "    def forward(self, x):\n"
+    "        if self.fc.weight._version > 0:\n"
+    "            raise KeyError('boom in the model')\n"
+    "        return self.fc(x)\n"
+    "def build():\n"
+    "    return M()\n"
+)
+
+
+@pytest.mark.parametrize("backend", ["torch", "rounded"])
+def test_the_models_own_exception_in_training_is_one_line_exit_3(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
+) -> None:
+    """The job's model raising inside a training step is the job's input, not a bug in dk: one
+    line naming the model file, its line and the step, exit 3; DK_DEBUG=1 adds the traceback."""
+    d = _dir(tmp_path, model=RAISES_AT_STEP_1)
+    draft = (d / "draft.toml").read_text().replace("mode = 'tolerant'", "mode = 'exact'")
+    (d / "draft.toml").write_text(draft + f"backend = '{backend}'\n")
+    assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
+    code, err = _dk(["train", str(d / "job.toml"), "--out", str(d / "run")], capsys)
+    assert code == 3, err
+    assert re.search(r"the job.s model raised KeyError: .boom in the model. at step \d+ \(", err)
+    assert "model.py:8 in forward" in err
+    monkeypatch.setenv("DK_DEBUG", "1")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["train", str(d / "job.toml"), "--out", str(d / "run2")])
+    err = capsys.readouterr().err
+    assert e.value.code == 3 and "Traceback" in err and "boom in the model" in err
+    assert err.rstrip().splitlines()[-1].startswith("dk: error: the job's model raised")
+
+
+def test_an_exception_outside_the_model_is_still_a_bug(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only exceptions raised through the model's own code are the job's: one in dk's loop
+    (here the Recorder's autocast, made to fail) stays an internal error with its traceback
+    (exit 70)."""
+    from dk.pol.recorder import Recorder
+
+    d = _dir(tmp_path)
+    draft = (d / "draft.toml").read_text().replace("mode = 'tolerant'", "mode = 'exact'")
+    (d / "draft.toml").write_text(draft + "backend = 'torch'\n")
+    capsys.readouterr()
+    ok = main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
+    assert ok, capsys.readouterr().err
+
+    def broken(self: object) -> object:
+        raise ZeroDivisionError("not the model")
+
+    monkeypatch.setattr(Recorder, "autocast", broken)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["train", str(d / "job.toml"), "--out", str(d / "run")])
+    err = capsys.readouterr().err
+    assert e.value.code == 70, err
+    assert "internal error" in err and "ZeroDivisionError" in err

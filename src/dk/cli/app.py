@@ -174,12 +174,16 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except Exception as e:
         code = exit_code_for(e)  # the library decides (dk.errors)
-        if code != ExitCode.INTERNAL:
+        debug = os.environ.get("DK_DEBUG") == "1"
+        if code != ExitCode.INTERNAL and not debug:
             click.echo(f"dk: error: {e}", err=True)
             sys.exit(code)
         from rich.console import Console as _C
 
-        _C(stderr=True).print_exception(show_locals=os.environ.get("DK_DEBUG") == "1")
+        _C(stderr=True).print_exception(show_locals=debug)
+        if code != ExitCode.INTERNAL:  # DK_DEBUG=1: the traceback, then the usual line
+            click.echo(f"dk: error: {e}", err=True)
+            sys.exit(code)
         click.echo(
             "dk: internal error (a bug in dk); please report it with the trace above", err=True
         )

@@ -15,6 +15,7 @@ The seeded construction runs ``factory(**kwargs)`` on CPU right after
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -22,13 +23,15 @@ import os
 import stat
 import sys
 import threading
+import traceback
 import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dk.crypto.hashing import digests_equal, tagged_hash
 from dk.crypto.stream import stream_key, stream_words
-from dk.errors import FormatError
+from dk.errors import DkError, FormatError, ModelCodeError
 
 if TYPE_CHECKING:
     from dk.pol.job import JobSpec
@@ -37,6 +40,7 @@ TAG_MODEL_SOURCE = "dk/v1/model/source"
 MAX_SOURCE_BYTES = 1024 * 1024
 
 _MODULES: dict[bytes, types.ModuleType] = {}
+_FILES: set[str] = set()  # source files of the models loaded (model_code_errors)
 
 
 def _bad(msg: str) -> FormatError:
@@ -77,6 +81,7 @@ def _exec_module(code: bytes, digest: bytes, filename: str) -> types.ModuleType:
         sys.modules.pop(name, None)
         raise _bad(f"model file {filename} failed to import: {type(e).__name__}: {e}") from None
     _MODULES[digest] = mod
+    _FILES.add(filename)
     return mod
 
 
@@ -101,9 +106,37 @@ def _entry_module(model: dict[str, Any]) -> types.ModuleType:
     if not digests_equal(digest, bytes.fromhex(model["module_sha256"])):
         raise _bad(f"model.entry: {spec.origin} differs from the job's model.module_sha256")
     try:
-        return importlib.import_module(modname)
+        mod = importlib.import_module(modname)
     except Exception as e:
         raise _bad(f"model.entry: {modname} failed to import: {type(e).__name__}: {e}") from None
+    _FILES.add(str(spec.origin))
+    return mod
+
+
+def _model_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of ``exc``'s traceback in a loaded model's source file, if any."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in _FILES]
+    return frames[-1] if frames else None
+
+
+@contextlib.contextmanager
+def model_code_errors(step: Callable[[], int]) -> Iterator[None]:
+    """An exception raised through the job's model code (a frame of its model file or entry
+    module on the way) becomes one :class:`~dk.errors.ModelCodeError` naming the file, line
+    and training step ``step()``: the job's input, exit 3, not a bug in dk (which still shows
+    its traceback). dk's own errors pass unchanged."""
+    try:
+        yield
+    except DkError:
+        raise
+    except Exception as e:
+        frame = _model_frame(e)
+        if frame is None:
+            raise
+        raise ModelCodeError(
+            f"the job's model raised {type(e).__name__}: {e} at step {step()} "
+            f"({frame.filename}:{frame.lineno} in {frame.name}); DK_DEBUG=1 shows the traceback"
+        ) from e
 
 
 def entry_digest(entry: str) -> str:

@@ -222,6 +222,7 @@ class Recorder:
         self._forwards = 0
         self._clip_warned = False  # _warn_if_clipped_twice: once per Recorder
         self._model: torch.nn.Module | None = None
+        self._hidden: dict[str, Any] | None = None  # hidden_state when the model was attached
         self._opt: torch.optim.Optimizer | None = None
         self._writer: CommitWriter | None = None
         self._progress_at = 0.0
@@ -450,6 +451,9 @@ class Recorder:
                     f"loader dataset has {len(ds)} samples, the job's has {len(self.dataset)}"
                 )
         self._model, self._opt = model, optimizer
+        from dk.pol.torch_adapter import hidden_state  # imports torch: only here
+
+        self._hidden = hidden_state(model)  # what no checkpoint holds, before any step
         # Walked once: model.parameters() costs a module-tree walk per call, twice a step.
         self._params = [p for _, p in model.named_parameters()]
         self._param_names = [n for n, _ in model.named_parameters()]
@@ -760,8 +764,11 @@ class Recorder:
             ck = self.engine.snapshot(step, self.sampler.steps_per_epoch)
         else:
             assert self._model is not None and self._opt is not None
-            from dk.pol.torch_adapter import snapshot
+            from dk.pol.torch_adapter import check_hidden_state, hidden_state, snapshot
 
+            if self._hidden is None:  # taken when the model was attached, before any step
+                self._hidden = hidden_state(self._model)
+            check_hidden_state(self._model, self._hidden, step)
             ck = snapshot(
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec
             )

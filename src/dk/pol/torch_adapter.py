@@ -144,6 +144,55 @@ def snapshot(
     return ck
 
 
+_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+
+
+def hidden_state(model: torch.nn.Module) -> dict[str, Any]:
+    """What of ``model``'s state a checkpoint does not hold (SPEC §10.1): each module's
+    non-persistent buffers (copied) and its public attributes of plain scalar types (``int``,
+    ``float``, ``str``, ...; ``training`` aside), by dotted name. A replay starts from a
+    checkpoint and a freshly built model, so a model that changes any of these while it trains
+    cannot be replayed: :func:`check_hidden_state` refuses it when the worker records."""
+    out: dict[str, Any] = {}
+    for mod_name, mod in model.named_modules():
+        prefix = f"{mod_name}." if mod_name else ""
+        for name in sorted(getattr(mod, "_non_persistent_buffers_set", ())):
+            buf = mod._buffers.get(name)
+            if buf is not None:
+                out[prefix + name] = buf.detach().to("cpu", copy=True)
+        for name, v in vars(mod).items():
+            if not name.startswith("_") and name != "training" and type(v) in _SCALARS:
+                out[prefix + name] = v
+    return out
+
+
+def check_hidden_state(model: torch.nn.Module, before: Mapping[str, Any], step: int) -> None:
+    """Raise :class:`~dk.errors.JobMismatch` if ``model``'s :func:`hidden_state` is no longer
+    ``before`` (taken when recording began), naming the first difference."""
+    from dk.errors import JobMismatch
+
+    now = hidden_state(model)
+    for name in sorted(set(before) | set(now)):
+        a, b = before.get(name), now.get(name)
+        same = (
+            torch.equal(a, b) and a.dtype == b.dtype
+            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            else type(a) is type(b) and a == b
+        )
+        if not same:
+            what = (
+                "a non-persistent buffer"
+                if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor)
+                else f"an attribute ({a!r} -> {b!r})"
+            )
+            raise JobMismatch(
+                f"model state outside the checkpoint changed by step {step}: `{name}`, {what}; "
+                "a verifier replays each interval from its checkpoint and a fresh model, so it "
+                "could not follow it. Keep that state in a persistent buffer "
+                "(register_buffer(..., persistent=True)) or leave it unchanged (SPEC §10.1)"
+            )
+
+
 def restore(
     ck: Mapping[str, np.ndarray],
     model: torch.nn.Module,

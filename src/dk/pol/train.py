@@ -8,6 +8,7 @@ from typing import Any
 from dk.pol.data import load_dataset
 from dk.pol.job import JobSpec, as_job
 from dk.pol.models import build_model
+from dk.pol.modelsrc import model_code_errors
 from dk.pol.recorder import Recorder
 from dk.pol.run import RunInfo
 
@@ -38,11 +39,18 @@ def train_job(
     job = as_job(job)
     dataset = load_dataset(job)
     rec = Recorder(job, run_dir, dataset=dataset, progress=progress, engine=engine, resume=resume)
+    with rec:  # an exception aborts the recording (committed checkpoints stay; dispatch off)
+        _train(job, rec, dataset)
+    return rec.info
+
+
+def _train(job: JobSpec, rec: Recorder, dataset: Any) -> None:
+    """Every step of ``job`` under ``rec`` (which :func:`train_job` finishes)."""
     if rec.engine is not None:  # exact (dk kernels) or zk: the engine computes every step
         rec.start_engine()
         for _ in range(rec.step, job.steps):
             rec.engine_step()
-        return rec.finish()
+        return
     from dk.pol.schedule import make_scheduler  # torch computes the steps
     from dk.pol.torch_adapter import make_loss, make_optimizer, resolve_device
 
@@ -59,13 +67,13 @@ def train_job(
     loss_fn = make_loss(job, getattr(dataset, "output_dim", None))
     acc = int(job.train["accumulation"])
     model, optimizer, loader = rec.attach(model=model, optimizer=optimizer, scheduler=scheduler)
-    for i, (x, y) in enumerate(loader):  # SPEC §12.4: the replay's step
-        if i % acc == 0:
-            optimizer.zero_grad(set_to_none=True)
-        with rec.autocast():
-            out = model(x.to(device))
-        (loss_fn(out, y.to(device)) / acc).backward()
-        if i % acc == acc - 1:
-            optimizer.step()
-            scheduler.step()
-    return rec.finish()
+    with model_code_errors(lambda: rec.step):  # the model's own exception: exit 3, one line
+        for i, (x, y) in enumerate(loader):  # SPEC §12.4: the replay's step
+            if i % acc == 0:
+                optimizer.zero_grad(set_to_none=True)
+            with rec.autocast():
+                out = model(x.to(device))
+            (loss_fn(out, y.to(device)) / acc).backward()
+            if i % acc == acc - 1:
+                optimizer.step()
+                scheduler.step()

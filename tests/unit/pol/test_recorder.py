@@ -361,3 +361,52 @@ def test_run_is_made_durable_once_before_run_json(
     paths, run_json_existed = calls[0]
     assert not run_json_existed
     assert {p.name for p in paths} == {"blobs.pack", "run.log.jsonl"}  # small blobs: packed
+
+
+def _hidden(model: torch.nn.Module, change: str) -> torch.nn.Module:
+    """The job's model with state outside its ``state_dict`` that each forward may change."""
+    model.calls, model.scale = 0, 1.0  # type: ignore[assignment]  # public plain scalars
+    model.register_buffer("ema", torch.zeros(10), persistent=False)
+    model.register_buffer("mask", torch.ones(10), persistent=False)  # constant: fine
+
+    def hook(mod: Any, args: Any, out: torch.Tensor) -> torch.Tensor:
+        if change == "attribute":
+            mod.calls += 1
+        elif change == "buffer":
+            with torch.no_grad():
+                mod.ema.mul_(0.5).add_(out.detach().mean(0))
+        return out * mod.mask - mod.ema
+
+    model.register_forward_hook(hook)
+    return model
+
+
+@pytest.mark.parametrize("backend", ["torch", "rounded"])
+@pytest.mark.parametrize(
+    ("change", "named"), [("none", None), ("attribute", "`calls`"), ("buffer", "`ema`")]
+)
+def test_state_outside_the_checkpoint_is_refused_when_it_changes(
+    tmp_path: Path, backend: str, change: str, named: str | None
+) -> None:
+    """SPEC §10.1: a replay starts from a checkpoint and a fresh model, so a model that changes
+    a non-persistent buffer or a public scalar attribute while it trains is refused at the first
+    checkpoint after the change, naming it; constant ones are fine. (On dk's kernels the user's
+    model only mirrors the engine's arrays: its own state plays no part.)"""
+    job = tiny_job(steps=10, pol={"backend": backend})
+    rec = Recorder(job, tmp_path / "run")
+    model = _hidden(build_model(job), change)
+    model, opt, loader = rec.attach(model=model, optimizer=_sgd(job, model))
+
+    def run() -> None:
+        with rec:
+            for x, y in loader:
+                opt.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                opt.step()
+
+    if named is None:
+        run()
+        assert len(read_run(tmp_path / "run").checkpoints) == job.steps // job.interval + 1
+        return
+    with pytest.raises(JobMismatch, match=f"by step {job.interval}: {named}.*persistent"):
+        run()
