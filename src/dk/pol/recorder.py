@@ -276,11 +276,6 @@ class Recorder:
             from dk.pol.resume import has_partial_run, read_partial_run
 
             if has_partial_run(self.run_dir):
-                if self.rounding is not None:
-                    raise JobMismatch(
-                        f"{self.run_dir} holds an interrupted run of a rounded job: resuming "
-                        "one is not supported yet (SPEC VI); train into a new directory"
-                    )
                 self._partial = read_partial_run(
                     self.run_dir, self.job, self.sampler.steps_per_epoch
                 )
@@ -716,7 +711,9 @@ class Recorder:
             self._snap(0, 0)
         if self.rounding is not None:
             self.info.ext = {**(self.info.ext or {}), "rounding": self.rounding.run_ext()}
-            self.rounding.begin(0)
+            if self._partial is not None:  # SPEC VI: the committed intervals' logs stay
+                self.rounding.resume(self._next - 1, self._partial.last)
+            self.rounding.begin(self._next - 1)
 
     def _paused(self) -> Any:
         """Outside the rounding log (SPEC VI): the Recorder's own tensor work."""

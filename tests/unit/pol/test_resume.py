@@ -73,7 +73,7 @@ def _bundle_bytes(bundle: Path) -> dict[str, bytes]:
     }
 
 
-def _check_resume(job: Any, tmp: Path, kill_at: int, torn: bool = False) -> None:
+def _check_resume(job: Any, tmp: Path, kill_at: int, torn: bool = False, least: int = 2) -> None:
     from dk.pol.resume import has_partial_run
 
     train_job(job, tmp / "whole")
@@ -82,7 +82,7 @@ def _check_resume(job: Any, tmp: Path, kill_at: int, torn: bool = False) -> None
     assert has_partial_run(run)
     log = (run / "run.log.jsonl").read_text().splitlines()
     committed = sum(1 for ln in log if ln.endswith("}"))
-    assert 2 <= committed < len(job.checkpoint_steps())  # interrupted mid-run
+    assert least <= committed < len(job.checkpoint_steps())  # interrupted mid-run
     info = train_job(job, run, resume=True)
     assert info.complete and len(info.checkpoints) == len(job.checkpoint_steps())
     resumed = prove_run(run, job, WORKER, tmp / "resumed-bundle")
@@ -106,6 +106,31 @@ def test_torch_run_with_schedule_resumes_bit_identically(tmp_path: Path) -> None
         train={"optimizer": "adamw", "schedule": "cosine", "warmup_steps": 3, "lr": 0.01},
     )
     _check_resume(job, tmp_path, kill_at=14)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kill_at", "least"), [(14, 2), (2, 1)])
+def test_rounded_run_resumes_bit_identically(tmp_path: Path, kill_at: int, least: int) -> None:
+    """SPEC VI: the committed intervals' rounding logs are found again in ``logs/`` and kept,
+    the interrupted interval is recorded afresh; the bundle, logs included, is byte for byte an
+    uninterrupted run's. Killed mid-run, and before checkpoint 1 (the first interval's
+    self-check then replays from the resumed checkpoint 0)."""
+    job = tiny_job(steps=16, interval=4, pol={"backend": "rounded"})
+    _check_resume(job, tmp_path, kill_at=kill_at, least=least)
+    assert len(list((tmp_path / "run" / "logs").glob("*.dkrl"))) == 4
+
+
+@pytest.mark.slow
+def test_rounded_run_without_its_committed_logs_is_not_resumed(tmp_path: Path) -> None:
+    from dk.errors import JobMismatch
+
+    job = tiny_job(steps=16, interval=4, pol={"backend": "rounded"})
+    run = _killed_run(job, tmp_path, kill_at=14)
+    logs = sorted((run / "logs").glob("*.dkrl"))
+    assert logs
+    logs[0].unlink()
+    with pytest.raises(JobMismatch, match="rounding log of committed interval"):
+        train_job(job, run, resume=True)
 
 
 def test_partial_run_of_another_job_is_refused(tmp_path: Path) -> None:

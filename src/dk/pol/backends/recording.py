@@ -45,6 +45,42 @@ class RoundingRecorder:
         self._interval = 0
         self._ck0: Any = None
 
+    def resume(self, intervals: int, last: Any) -> None:
+        """Continue a run whose intervals ``0 .. intervals-1`` are committed (``last``: the
+        last committed checkpoint): their logs are found in ``RUN/logs`` by the job and
+        interval each names (SPEC VI §3), the interval in progress is recorded afresh.
+
+        Raises:
+            JobMismatch: a committed interval's log is missing or unreadable.
+        """
+        from dk.errors import FormatError
+        from dk.pol.backends.log import MAX_LOG_BYTES, decode_log
+
+        found: dict[int, tuple[Path, bytes]] = {}
+        logs = self.run_dir / "logs"
+        for path in sorted(logs.glob("*.dkrl")) if logs.is_dir() else []:
+            if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_LOG_BYTES:
+                continue
+            blob = path.read_bytes()
+            try:
+                log = decode_log(blob)
+            except FormatError:
+                continue  # a log cut short by the interruption: its interval is redone
+            if log.job_id == self.job.job_id and log.interval < intervals:
+                if self.run_dir / log_ext(blob)["blob"] == path:
+                    found[log.interval] = (path, blob)
+        for i in range(intervals):
+            if i not in found:
+                raise JobMismatch(
+                    f"{self.run_dir}: the rounding log of committed interval {i} is missing from "
+                    "logs/: the run cannot be resumed; train into a new directory"
+                )
+            path, blob = found[i]
+            self.exts[i], self.blobs[i] = log_ext(blob), blob
+            self.written.append(path)
+        if intervals == 0:  # interval 0 is redone: its self-check replays from checkpoint 0
+            self._ck0 = last
+
     @staticmethod
     def run_ext() -> dict[str, Any]:
         """The run's ``ext.rounding`` (SPEC VI §4): the torch release that made the sites."""
