@@ -35,17 +35,21 @@ def report_summary(d: dict[str, Any]) -> list[str]:
             # Messages quote bundle contents (blob names...): never let them be markup.
             lines.append(f"  [red]{escape(r['code'])}[/]{where}: {escape(r['message'])}")
     if "intervals" in f:
+        # the detection probability is the challenge's: what a finished replay would have had
+        done = "" if d["verdict"] != "inconclusive" else ", had the replay been done"
         lines.append(
             f"  challenged {len(d['challenged'])} of {f['intervals']} intervals "
             f"({f.get('replayed_steps', 0)} steps replayed); detection probability "
             f"{f['detection_probability']:.4f} for a worker skipping {f['skipped_fraction']:.0%}"
+            f"{done}"
         )
     if d.get("challenged_root"):
         lines.append(f"  challenged root {d['challenged_root']}")
     if d.get("srs"):
         lines.append(f"  SRS {d['srs']['kind']} sha256 {d['srs']['sha256']}")
     if "verify_wall_s" in f:
-        lines.append(f"  {f.get('bytes_read', 0) / 1e6:.1f} MB read, {f['verify_wall_s']:.2f} s")
+        read = f.get("bytes_read", 0) + f.get("rounding_log_bytes_read", 0)  # blobs and logs
+        lines.append(f"  {read / 1e6:.1f} MB read, {f['verify_wall_s']:.2f} s")
     for flag in d.get("flags", []):
         lines.append(f"  [yellow]flag: {escape(flag)}[/]")
     return lines

@@ -190,10 +190,15 @@ def calibrate(
     inside = sorted(n for n, d in cal.cheats.items() if d <= cal.recommended_tolerance)
     if inside:
         cal.safe = False
+        advice = (
+            "use exact mode, longer intervals or fewer thread/device/CPU differences"
+            if job.mode == "tolerant"
+            else f"this job is {job.mode}: its replays must match bit for bit and no tolerance "
+            "applies (a tolerance is for tolerant jobs)"
+        )
         cal.note = (
             f"tolerance {cal.recommended_tolerance:.3g} would accept {', '.join(inside)} "
-            f"(distance {min(cal.cheats[n] for n in inside):.3g}); use exact mode, longer "
-            "intervals or fewer thread/device/CPU differences"
+            f"(distance {min(cal.cheats[n] for n in inside):.3g}); {advice}"
         )
         if not force:
             raise UnsafeTolerance(f"refusing to recommend a tolerance: {cal.note}", cal)

@@ -199,6 +199,7 @@ def build_custom(job: JobSpec) -> Any:
         if t.dtype not in (torch.float32, torch.int64):
             raise _bad(
                 f"model tensor {name} is {t.dtype}; dk commits float32 weights and buffers "
-                "(int64 counters); train in bf16/fp16 with train.precision (autocast)"
+                "(int64 counters); for lower precision set train.precision (autocast: bf16, "
+                "or fp16 outside pol.backend = 'rounded')"
             )
     return module

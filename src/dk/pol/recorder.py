@@ -24,6 +24,7 @@ import contextlib
 import functools
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -117,7 +118,7 @@ def _recorded_optimizer_type() -> type:
             if rec._model is not None:
                 rec._clip_gradients()
             out = self._inner.step(closure)
-            with rec._paused():  # the Recorder's own work is not part of the step's log
+            with rec.paused():  # the Recorder's own work is not part of the step's log
                 rec._check_finite()
                 rec._on_step()
             return out
@@ -223,6 +224,7 @@ class Recorder:
         self._clip_warned = False  # _warn_if_clipped_twice: once per Recorder
         self._model: torch.nn.Module | None = None
         self._hidden: dict[str, Any] | None = None  # hidden_state when the model was attached
+        self._pausing = False  # inside paused(): forwards are not the step's
         self._opt: torch.optim.Optimizer | None = None
         self._writer: CommitWriter | None = None
         self._progress_at = 0.0
@@ -498,8 +500,8 @@ class Recorder:
 
     def _on_forward(self, module: torch.nn.Module, args: Any) -> None:
         """Forward pre-hook: seed the micro-batch's randomness and check the precision."""
-        if not torch.is_grad_enabled() or self._in_dp:
-            return  # evaluation, or DP-SGD's own per-sample pass: not the user's forward
+        if not torch.is_grad_enabled() or self._in_dp or self._pausing:
+            return  # evaluation, DP-SGD's own per-sample pass, rec.paused(): not the step's
         if not module.training:
             raise JobMismatch("the model is in eval mode during a training step (model.train())")
         dev, want_dt = self._dev_type, self._autocast_dtype
@@ -715,9 +717,28 @@ class Recorder:
                 self.rounding.resume(self._next - 1, self._partial.last)
             self.rounding.begin(self._next - 1)
 
-    def _paused(self) -> Any:
-        """Outside the rounding log (SPEC VI): the Recorder's own tensor work."""
-        return self.rounding.paused() if self.rounding is not None else contextlib.nullcontext()
+    def paused(self) -> Any:
+        """A context outside the rounding log (SPEC VI), for work that is not the job's step:
+        the Recorder's own, or a user's metrics (accuracy, logging) computed inside the loop.
+        It must not change what training computes (parameters, gradients, optimizer state):
+        a verifier replays the job's step without it. Elsewhere than ``pol.backend =
+        "rounded"`` it does nothing.
+
+        >>> with rec.paused():  # doctest: +SKIP
+        ...     acc = (model(x).argmax(1) == y).float().mean().item()
+
+        A forward pass inside is not counted as a training forward and draws no step seed.
+        """
+        return self._pause()
+
+    @contextlib.contextmanager
+    def _pause(self) -> Iterator[None]:
+        was, self._pausing = self._pausing, True
+        try:
+            with self.rounding.paused() if self.rounding is not None else contextlib.nullcontext():
+                yield
+        finally:
+            self._pausing = was
 
     def _restore_partial(self) -> None:
         """Load the partial run's last checkpoint into the engine or the user's objects."""

@@ -16,7 +16,6 @@ written into the bundle (:meth:`dk.pol.pack.RunBlobs.export`).
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -91,12 +90,9 @@ def write_bundle(out: Path, m: dict[str, Any], signature: bytes) -> None:
     atomic_write(out / "signature.hex", signature.hex().encode() + b"\n")
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    if dst.exists():
-        return
-    try:
-        os.link(src, dst)
-    except OSError:
+def _copy(src: Path, dst: Path) -> None:
+    """A copy, never a hard link: editing a bundle's file must not edit the run's."""
+    if not dst.exists():
         shutil.copyfile(src, dst)
 
 
@@ -141,7 +137,7 @@ def prove_run(
             if not src.is_file():
                 raise FormatError(f"run is missing rounding log {log['blob']}")
             (out / "logs").mkdir(exist_ok=True)
-            _link_or_copy(src, out / log["blob"])
+            _copy(src, out / log["blob"])
     write_bundle(out, m, sign_manifest(m, key))
     return out
 
@@ -191,7 +187,7 @@ def _copy_rank_steps(run_dir: Path, out: Path, m: dict[str, Any], *, tolerant: b
             name = f"{RANK_STEPS_DIR}/{iv['index']}{suffix}"
             if not (run_dir / name).is_file():
                 raise FormatError(f"run is missing {name}")
-            _link_or_copy(run_dir / name, out / name)
+            _copy(run_dir / name, out / name)
 
 
 def train(

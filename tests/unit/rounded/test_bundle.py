@@ -108,7 +108,7 @@ def test_rounding_ext_outside_a_rounded_job_is_malformed(tmp_path: Path) -> None
     assert rep.codes[0] == "TRANSCRIPT_MALFORMED", rep.codes
 
 
-def _users_loop(job: Any, run: Path, extra: Any = None) -> None:
+def _users_loop(job: Any, run: Path, extra: Any = None, paused: Any = None) -> None:
     from dk.pol import Recorder, build_model
 
     model = build_model(job)
@@ -123,8 +123,32 @@ def _users_loop(job: Any, run: Path, extra: Any = None) -> None:
         F.cross_entropy(out, y).backward()
         if extra is not None:
             extra(i, out)
+        if paused is not None:
+            with rec.paused():
+                paused(i, model, x, y)
         opt.step()
     rec.finish()
+
+
+def test_metrics_inside_rec_paused_are_outside_the_log(
+    bundle: tuple[Any, Path], tmp_path: Path
+) -> None:
+    """``rec.paused()`` (the public form the refusal names): a metric computed there, every
+    step or now and then, leaves the run dk train's, logs included."""
+    from dk.pol.run import read_run
+
+    accs: list[float] = []
+
+    def accuracy(i: int, model: Any, x: torch.Tensor, y: torch.Tensor) -> None:
+        if i % 2 == 0:
+            accs.append((model(x).argmax(1) == y).float().mean().item())
+
+    job, b = bundle
+    _users_loop(job, tmp_path / "run", paused=accuracy)
+    assert len(accs) == (job.steps + 1) // 2
+    want, got = read_run(b.parent / "run"), read_run(tmp_path / "run")
+    assert [c.root for c in got.checkpoints] == [c.root for c in want.checkpoints]
+    assert [i.ext for i in got.intervals] == [i.ext for i in want.intervals]
 
 
 def test_users_loop_is_recorded_like_dk_train(bundle: tuple[Any, Path], tmp_path: Path) -> None:
@@ -143,8 +167,22 @@ def test_a_metric_in_some_steps_is_refused_at_record_time(tmp_path: Path) -> Non
         if i == 1:  # a float metric every so often: sites the job's step does not have
             out.detach().softmax(-1).mean()
 
-    with pytest.raises(JobMismatch, match="step 1 ran"):
+    with pytest.raises(JobMismatch, match=r"step 1 ran .* of shape .*rec\.paused\(\)"):
         _users_loop(_job(), tmp_path / "run", metric)
+
+
+def test_a_model_whose_shapes_follow_the_data_is_refused_naming_the_shapes(
+    tmp_path: Path,
+) -> None:
+    """The same operation on another shape from step to step (a boolean mask): refused at
+    record time with both shapes, as not covered (SPEC VI §5)."""
+
+    def masked(i: int, out: torch.Tensor) -> None:  # as h[h > 0].exp() would: rows vary
+        out.detach()[: 2 + i % 2].exp()
+
+    pattern = r"exp\.default of shape \(3, 10\) where the first step had exp\.default of shape"
+    with pytest.raises(JobMismatch, match=pattern + r".*shapes depend on the data"):
+        _users_loop(_job(), tmp_path / "run", masked)
 
 
 def test_a_metric_in_every_step_is_refused_at_the_first_checkpoint(tmp_path: Path) -> None:
@@ -181,3 +219,28 @@ def test_replay_failures_map_to_spec_vi_codes() -> None:
         "ROUNDING_LOG_INVALID"
     )
     assert rounding_reason(FormatError("x", reason="SHAPE_MISMATCH")) is None
+
+
+def test_the_bundles_logs_are_copies_of_the_runs(bundle: tuple[Any, Path]) -> None:
+    """``dk prove`` copies the logs: editing a bundle's file (a tamper test, a mistake) leaves
+    the run, which can be proved again, as it was."""
+    _, b = bundle
+    logs = sorted((b / "logs").glob("*.dkrl"))
+    assert logs
+    for log in logs:
+        run_log = b.parent / "run" / "logs" / log.name
+        assert log.read_bytes() == run_log.read_bytes()
+        assert not log.samefile(run_log)
+
+
+def test_torchs_dropout_is_refused_pointing_to_dks(tmp_path: Path) -> None:
+    from dk.pol.backends.rounded import UnsupportedOp, clear_dead_modes
+
+    clear_dead_modes()
+
+    def dropout(i: int, out: torch.Tensor) -> None:
+        F.dropout(out.detach(), 0.5, training=True)
+
+    with pytest.raises(UnsupportedOp, match=r"bernoulli.*dk\.pol\.augment\.Dropout"):
+        _users_loop(_job(), tmp_path / "run", dropout)
+    assert clear_dead_modes() == 1

@@ -135,8 +135,14 @@ def _static_kind(func: Any) -> str:
 
 def unsupported_message(func: Any) -> str:
     """The one-line record-time error for an op the backend does not cover."""
+    name = str(func)
+    hint = (
+        "; for dropout use dk.pol.augment.Dropout (its masks replay)"
+        if any(w in name for w in ("bernoulli", "dropout", "rand"))
+        else ""
+    )
     return (
         f"rounded backend: {func} on floating tensors is not covered (SPEC VI §1); "
         "its float32 result may differ across threads or machines, so this model cannot be "
-        "trained in exact mode with pol.backend = 'rounded'"
+        f"trained in exact mode with pol.backend = 'rounded'{hint}"
     )

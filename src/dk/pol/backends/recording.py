@@ -135,13 +135,28 @@ class RoundingRecorder:
                 (i for i, (a, b) in enumerate(zip(sig, self._first_sig, strict=False)) if a != b),
                 min(len(sig), len(self._first_sig)),
             )
-            got = sig[diff][0] if diff < len(sig) else "(end of step)"
-            want = self._first_sig[diff][0] if diff < len(self._first_sig) else "(end of step)"
+
+            def site(sigs: tuple[Any, ...]) -> str:
+                if diff >= len(sigs):
+                    return "(end of step)"
+                name, shape = sigs[diff]
+                return f"{name} of shape {tuple(shape)}"
+
+            shapes = diff < min(len(sig), len(self._first_sig)) and (
+                sig[diff][0] == self._first_sig[diff][0]
+            )
             raise JobMismatch(
-                f"rounded backend: step {step} ran {len(sig)} rounding sites, step 0 ran "
-                f"{len(self._first_sig)} (site {diff}: {got}, expected {want}); every step must "
-                "compute exactly the job's step (SPEC VI §6). Compute metrics inside "
-                "`with rec.paused():` or from detached values outside the step"
+                f"rounded backend: step {step} ran {len(sig)} rounding sites, the first step "
+                f"{len(self._first_sig)}; site {diff} is {site(sig)} where the first step had "
+                f"{site(self._first_sig)}. Every step must run the same operations on the same "
+                "shapes (SPEC VI §5): "
+                + (
+                    "a model whose shapes depend on the data (boolean masks, nonzero) is not "
+                    "covered"
+                    if shapes
+                    else "a loop that computes metrics must do so inside `with rec.paused():`"
+                    " or from detached values outside the step"
+                )
             )
         if len(mode.signatures) > 4096:  # keep memory flat on long intervals
             del mode.signatures[:]
