@@ -66,6 +66,9 @@ class Replayer:
 
         self.device = replay_device(job, device)
         self.model = build_fresh(job).to(self.device)
+        from dk.pol.torch_adapter import hidden_state
+
+        self._hidden = hidden_state(self.model)  # a fresh model's, restored before each run
         # torch's own update without torch.optim.Optimizer, which imports torch._dynamo
         self.optimizer: Any = ReplayOptimizer(job, self.model.parameters())
         self.loss_fn = make_loss(job, getattr(dataset, "output_dim", None))
@@ -110,12 +113,20 @@ class Replayer:
                     self.parallel, self.dataset, self.sampler, start, start_step, end_step
                 )
             return end
-        from dk.pol.torch_adapter import compress_hook, deterministic, make_codec, restore, snapshot
+        from dk.pol.torch_adapter import (
+            compress_hook,
+            deterministic,
+            make_codec,
+            reset_hidden_state,
+            restore,
+            snapshot,
+        )
 
         codec = make_codec(self.job)  # fresh state machine; its state comes from ``start``
         hook = compress_hook(codec)
         mode = _rounding_mode(self.rounded, rounding_log)
         with deterministic(self.threads):
+            reset_hidden_state(self.model, self._hidden)  # SPEC §10.1: as freshly built
             restore(start, self.model, self.optimizer, self.job, codec)
             self.model.train()
             dp = self.job.train.get("dp")

@@ -166,6 +166,21 @@ def hidden_state(model: torch.nn.Module) -> dict[str, Any]:
     return out
 
 
+def reset_hidden_state(model: torch.nn.Module, saved: Mapping[str, Any]) -> None:
+    """Put ``model``'s :func:`hidden_state` back to ``saved`` (taken from it when it was
+    built): a replay of any interval starts from a fresh model's, whichever intervals the
+    same model replayed before (the verdict does not depend on the challenge's order)."""
+    modules = dict(model.named_modules())
+    with torch.no_grad():
+        for name, v in saved.items():
+            mod_name, _, attr = name.rpartition(".")
+            mod = modules[mod_name]
+            if isinstance(v, torch.Tensor):
+                mod._buffers[attr].copy_(v)
+            else:
+                setattr(mod, attr, v)
+
+
 def check_hidden_state(model: torch.nn.Module, before: Mapping[str, Any], step: int) -> None:
     """Raise :class:`~dk.errors.JobMismatch` if ``model``'s :func:`hidden_state` is no longer
     ``before`` (taken when recording began), naming the first difference."""

@@ -410,3 +410,29 @@ def test_state_outside_the_checkpoint_is_refused_when_it_changes(
         return
     with pytest.raises(JobMismatch, match=f"by step {job.interval}: {named}.*persistent"):
         run()
+
+
+def test_a_replay_starts_from_a_fresh_models_hidden_state(tmp_path: Path) -> None:
+    """The verifier's Replayer puts non-persistent buffers and scalar attributes back to a
+    fresh model's before each interval, so an interval replays the same whether or not the
+    same Replayer replayed others first (the verdict does not depend on the challenge)."""
+    from dk.pol.replay import Replayer
+    from dk.pol.torch_adapter import hidden_state
+
+    job = tiny_job(steps=10, pol={"backend": "torch"})
+    info = train_job(job, tmp_path / "run")
+    ck = [read_run_checkpoint(tmp_path / "run", c.root) for c in info.checkpoints]
+    ds = load_dataset(job)
+
+    def replayer() -> Replayer:
+        rep = Replayer(job, ds)
+        _hidden(rep.model, "attribute")  # its output grows with a counter of forwards
+        _hidden(rep.model, "buffer")
+        rep._hidden = hidden_state(rep.model)  # as built
+        return rep
+
+    alone = replayer().run(ck[1], 5, 10)
+    both = replayer()
+    both.run(ck[0], 0, 5)
+    after = both.run(ck[1], 5, 10)
+    assert checkpoint_root(after) == checkpoint_root(alone)
