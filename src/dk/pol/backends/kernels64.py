@@ -263,11 +263,12 @@ def _cpu_vendor() -> str:
 
 
 def aten_products(vendor: str | None = None, mkl: bool | None = None) -> bool:
-    """True where ATen's float64 matrix products are left to ATen: torch's BLAS is MKL and
-    the CPU is Intel's. Measured one thread, LM shapes (``bench_rounded.py --site``): on an
-    Intel Xeon with AVX-512 MKL's float64 products were 1.0-1.4x faster than NumPy's OpenBLAS
-    (a width-512 LM interval 6-9 % less CPU, the same log); on an AMD EPYC with AVX2 MKL was
-    1.5-3x slower. Everywhere else NumPy's. Either is a correct kernel (SPEC VI §1): the
+    """True where the float64 matrix products of bounded sites are left to ATen: torch's BLAS
+    is MKL and the CPU is Intel's. Measured on one thread, LM shapes (``bench_rounded.py
+    --site``): on an Intel Xeon with AVX-512 MKL's float64 products were 1.0-1.4x faster than
+    NumPy's OpenBLAS (width-256 and -512 LM intervals: medians about 5 % less CPU over
+    alternating pairs, single runs -9 % to +5 %, the same log); on an AMD EPYC with AVX2 MKL
+    was 1.5-3x slower. Everywhere else NumPy's. Either is a correct kernel (SPEC VI §1): the
     choice is this machine's speed, never the result's validity."""
     vendor = _cpu_vendor() if vendor is None else vendor
     mkl = bool(torch._C.has_mkl) if mkl is None else mkl
