@@ -304,3 +304,36 @@ def test_an_exception_outside_the_model_is_still_a_bug(
     err = capsys.readouterr().err
     assert e.value.code == 70, err
     assert "internal error" in err and "ZeroDivisionError" in err
+
+
+CALLS_DK = (  # the model calls dk, and dk fails inside: dk's error, not the model's
+    "import torch\n"
+    "from dk.crypto.hashing import u64\n"
+    "class M(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.fc = torch.nn.Linear(64, 10)\n"
+    "    def forward(self, x):\n"
+    "        if self.fc.weight._version > 0:\n"
+    "            u64(-1)\n"
+    "        return self.fc(x)\n"
+    "def build():\n"
+    "    return M()\n"
+)
+
+
+def test_a_failure_inside_dk_under_the_model_is_not_blamed_on_the_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A deeper frame of dk's own code than the model's: dk failed (internal, exit 70), even
+    though the model's forward is on the stack (the rounded backend, dk's Dropout...)."""
+    d = _dir(tmp_path, model=CALLS_DK)
+    draft = (d / "draft.toml").read_text().replace("mode = 'tolerant'", "mode = 'exact'")
+    (d / "draft.toml").write_text(draft + "backend = 'torch'\n")
+    assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        main(["train", str(d / "job.toml"), "--out", str(d / "run")])
+    err = capsys.readouterr().err
+    assert e.value.code == 70, err
+    assert "internal error" in err and "argument out of range" in err

@@ -147,13 +147,18 @@ class PermutationIndex:
 
     def at(self, positions: np.ndarray) -> np.ndarray:
         """``permutation(key, n)[positions]`` as int64 (``positions`` in ``[0, n)``)."""
-        p = np.asarray(positions, dtype=np.int64)
+        given = np.asarray(positions)
+        if given.ndim != 1 or (given.size and given.dtype.kind not in "iu"):
+            raise TypeError("positions must be a 1-D array of integers")
+        p: np.ndarray = given.astype(np.int64)
         if p.size and (p.min() < 0 or p.max() >= self.n):
             raise IndexError("permutation position out of range")
         if self._full is not None:
-            return self._full[p]
+            whole: np.ndarray = self._full[p]
+            return whole
         n, keys = self.n, self._keys
-        x, i = self._j[p].astype(np.int64), p.copy()  # the chain's (x, i); p = 0: j_0 = 0, i = 0
+        x: np.ndarray = self._j[p].astype(np.int64)  # the chain's (x, i); p = 0: j_0 = 0, i = 0
+        i = p.copy()
         live = np.arange(p.size)
         while live.size:
             xs = x[live]

@@ -113,10 +113,21 @@ def _entry_module(model: dict[str, Any]) -> types.ModuleType:
     return mod
 
 
+_DK_DIR = str(Path(__file__).resolve().parents[1])  # dk's package: its own frames
+
+
 def _model_frame(exc: BaseException) -> traceback.FrameSummary | None:
-    """The innermost frame of ``exc``'s traceback in a loaded model's source file, if any."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in _FILES]
-    return frames[-1] if frames else None
+    """The innermost frame of ``exc``'s traceback in a loaded model's source file, if no frame
+    of dk's own code lies deeper (the model called dk, e.g. the rounded backend or
+    ``dk.pol.augment.Dropout``, and dk failed: dk's bug); else None."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = [i for i, f in enumerate(frames) if f.filename in _FILES]
+    if not at:
+        return None
+    deeper = frames[at[-1] + 1 :]
+    if any(str(Path(f.filename).resolve()).startswith(_DK_DIR) for f in deeper):
+        return None
+    return frames[at[-1]]
 
 
 @contextlib.contextmanager

@@ -118,7 +118,7 @@ def _recorded_optimizer_type() -> type:
             if rec._model is not None:
                 rec._clip_gradients()
             out = self._inner.step(closure)
-            with rec.paused():  # the Recorder's own work is not part of the step's log
+            with rec._pause():  # the Recorder's own work is not part of the step's log
                 rec._check_finite()
                 rec._on_step()
             return out
@@ -546,7 +546,7 @@ class Recorder:
         autocast, tests/unit/pol/test_recorder_fastpaths.py); elsewhere autocast is switched
         off for it, as in the replay.
         """
-        if self._in_dp or self._loss is None or not torch.is_grad_enabled():
+        if self._in_dp or self._loss is None or not torch.is_grad_enabled() or self._pausing:
             return
         ys = self._ys
         if ys is None or not 0 < self._forwards <= len(ys):
@@ -727,16 +727,22 @@ class Recorder:
         >>> with rec.paused():  # doctest: +SKIP
         ...     acc = (model(x).argmax(1) == y).float().mean().item()
 
-        A forward pass inside is not counted as a training forward and draws no step seed.
+        Inside, gradients are off (``torch.no_grad``), and a forward pass is not a training
+        forward: no step seed, no loss, no count. A model in train mode still updates its
+        BatchNorm running statistics in such a forward, which the job's step does not do: call
+        ``model.eval()`` inside and ``model.train()`` before leaving.
         """
-        return self._pause()
+        return self._pause(grad=False)
 
     @contextlib.contextmanager
-    def _pause(self) -> Iterator[None]:
+    def _pause(self, grad: bool = True) -> Iterator[None]:
+        """:meth:`paused`, for the Recorder's own work with ``grad`` (its first-interval
+        replay runs backward passes)."""
         was, self._pausing = self._pausing, True
         try:
             with self.rounding.paused() if self.rounding is not None else contextlib.nullcontext():
-                yield
+                with contextlib.nullcontext() if grad else torch.no_grad():
+                    yield
         finally:
             self._pausing = was
 

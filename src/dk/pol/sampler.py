@@ -61,7 +61,9 @@ class Sampler:
         they are at most a quarter of the epoch (beyond, the whole shuffle is as fast:
         ``bench_sampler.py``)."""
         if self.sparse and 4 * (hi - lo) <= self.n:
-            return epoch_index(self.seed, e, self.n).at(np.arange(lo, hi))
+            out = epoch_index(self.seed, e, self.n).at(np.arange(lo, hi))
+            out.setflags(write=False)  # as the whole shuffle's slices are
+            return out
         return epoch_permutation(self.seed, e, self.n)[lo:hi]
 
     def prefetch(self, start: int, end: int) -> None:
@@ -70,6 +72,7 @@ class Sampler:
         self._ahead = {}
         if self.sparse and end > start:
             idx, b = self.interval_indices(start, end), self.batch_size
+            idx.setflags(write=False)
             self._ahead = {t: idx[(t - start) * b : (t - start + 1) * b] for t in range(start, end)}
 
     def batch(self, step: int) -> np.ndarray:
@@ -82,13 +85,18 @@ class Sampler:
         return self._span(e, p * b, (p + 1) * b)
 
     def interval_indices(self, start: int, end: int) -> np.ndarray:
-        """Concatenated indices of steps ``start .. end-1``."""
-        if end > start:
-            (e0, p0), (e1, p1) = self.state(start), self.state(end - 1)
-            if e0 == e1:  # one epoch: consecutive batches of one permutation
-                b = self.batch_size
-                return self._span(e0, p0 * b, (p1 + 1) * b).astype("<i8")
-        return np.concatenate([self.batch(t) for t in range(start, end)]).astype("<i8")
+        """Concatenated indices of steps ``start .. end-1``: each epoch's run of consecutive
+        batches is one slice of its permutation."""
+        if end <= start:
+            return np.zeros(0, dtype="<i8")
+        b, spe, parts = self.batch_size, self.steps_per_epoch, []
+        t = start
+        while t < end:
+            e, p = self.state(t)
+            n = min(end - t, spe - p)  # this epoch's steps of the interval
+            parts.append(self._span(e, p * b, (p + n) * b))
+            t += n
+        return np.concatenate(parts).astype("<i8")
 
     def batch_commitment(self, interval: int, start: int, end: int) -> bytes:
         """``tagged_hash(TAG_BATCH, u64(i) || u64(start) || u64(end) || indices)`` (SPEC §8.2)."""

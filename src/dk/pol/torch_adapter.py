@@ -176,7 +176,11 @@ def reset_hidden_state(model: torch.nn.Module, saved: Mapping[str, Any]) -> None
             mod_name, _, attr = name.rpartition(".")
             mod = modules[mod_name]
             if isinstance(v, torch.Tensor):
-                mod._buffers[attr].copy_(v)
+                buf = mod._buffers.get(attr)
+                if buf is None or buf.shape != v.shape or buf.dtype != v.dtype:
+                    mod._buffers[attr] = v.to(next(iter(model.parameters()), v).device, copy=True)
+                else:
+                    buf.copy_(v)
             else:
                 setattr(mod, attr, v)
 
@@ -189,10 +193,15 @@ def check_hidden_state(model: torch.nn.Module, before: Mapping[str, Any], step: 
     now = hidden_state(model)
     for name in sorted(set(before) | set(now)):
         a, b = before.get(name), now.get(name)
-        same = (
-            torch.equal(a, b) and a.dtype == b.dtype
+        same = (  # NaN stays NaN: unchanged
+            a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(
+                torch.equal(a, b)
+                or torch.allclose(a.float(), b.float(), rtol=0, atol=0, equal_nan=True)
+            )
             if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-            else type(a) is type(b) and a == b
+            else type(a) is type(b) and (a == b or (a != a and b != b))
         )
         if not same:
             what = (

@@ -189,3 +189,12 @@ def test_uniform_floats() -> None:
     np.testing.assert_array_equal(
         uniform_floats(KEY, 4), (w >> np.uint64(11)).astype(np.float64) / 2.0**53
     )
+
+
+def test_permutation_index_takes_a_vector_of_integers() -> None:
+    idx = PermutationIndex(KEY, 100)
+    with pytest.raises(TypeError):
+        idx.at(np.array([[1, 2]]))
+    with pytest.raises(TypeError):
+        idx.at(np.array([1.5]))
+    np.testing.assert_array_equal(idx.at(np.array([3], dtype=np.uint8)), permutation(KEY, 100)[[3]])

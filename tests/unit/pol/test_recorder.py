@@ -436,3 +436,43 @@ def test_a_replay_starts_from_a_fresh_models_hidden_state(tmp_path: Path) -> Non
     both.run(ck[0], 0, 5)
     after = both.run(ck[1], 5, 10)
     assert checkpoint_root(after) == checkpoint_root(alone)
+
+
+def test_a_forward_inside_rec_paused_is_not_the_steps(tmp_path: Path) -> None:
+    """``rec.paused()``: no gradients, no loss, no step seed, no forward count; a run with a
+    metric forward in every step is dk train's (roots and committed losses)."""
+    job = tiny_job(steps=10, pol={"backend": "torch"})
+    want = train_job(job, tmp_path / "want")
+    rec = Recorder(job, tmp_path / "run")
+    model = build_model(job)
+    model, opt, loader = rec.attach(model=model, optimizer=_sgd(job, model))
+    grads = []
+    with rec:
+        for x, y in loader:
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            with rec.paused():
+                grads.append(torch.is_grad_enabled())
+                model(x).argmax(1)
+            opt.step()
+    got = read_run(tmp_path / "run")
+    assert grads == [False] * job.steps
+    assert [c.root for c in got.checkpoints] == [c.root for c in want.checkpoints]
+    assert [i.ext for i in got.intervals] == [i.ext for i in want.intervals]
+
+
+def test_hidden_state_holding_nan_is_unchanged() -> None:
+    from dk.pol.torch_adapter import check_hidden_state, hidden_state
+
+    m = torch.nn.Linear(2, 2)
+    m.limit = float("nan")  # type: ignore[assignment]
+    m.register_buffer("cache", torch.full((2,), float("nan")), persistent=False)
+    before = hidden_state(m)
+    check_hidden_state(m, before, 1)
+    m.cache[0] = 1.0
+    with pytest.raises(JobMismatch, match="`cache`"):
+        check_hidden_state(m, before, 2)
+    m.cache[0] = float("nan")
+    m.limit = 1.0  # type: ignore[assignment]
+    with pytest.raises(JobMismatch, match=r"`limit`, an attribute \(nan -> 1.0\)"):
+        check_hidden_state(m, before, 3)

@@ -150,3 +150,21 @@ def test_cli_resumes_automatically(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "resuming the interrupted run" in r.stderr
     assert (run / "run.json").exists()
+
+
+@pytest.mark.slow
+def test_two_logs_of_one_committed_interval_refuse_the_resume(tmp_path: Path) -> None:
+    """Nothing in the run says which of two logs of interval 0 it committed: refused."""
+    from dk.errors import JobMismatch
+    from dk.pol.backends.ext import log_ext
+    from dk.pol.backends.log import RoundingLog, decode_log
+
+    job = tiny_job(steps=16, interval=4, pol={"backend": "rounded"})
+    run = _killed_run(job, tmp_path, kill_at=14)
+    for path in sorted((run / "logs").glob("*.dkrl")):
+        log = decode_log(path.read_bytes())
+        if log.interval == 0:
+            other = RoundingLog(log.job_id, 0, log.tau_log2, sites=log.sites + 1).encode()
+            (run / log_ext(other)["blob"]).write_bytes(other)
+    with pytest.raises(JobMismatch, match="two rounding logs of committed interval 0"):
+        train_job(job, run, resume=True)

@@ -67,8 +67,15 @@ class RoundingRecorder:
             except FormatError:
                 continue  # a log cut short by the interruption: its interval is redone
             if log.job_id == self.job.job_id and log.interval < intervals:
-                if self.run_dir / log_ext(blob)["blob"] == path:
-                    found[log.interval] = (path, blob)
+                if self.run_dir / log_ext(blob)["blob"] != path:
+                    continue
+                if log.interval in found:  # nothing says which one the run committed
+                    raise JobMismatch(
+                        f"{self.run_dir}: two rounding logs of committed interval "
+                        f"{log.interval} in logs/ ({found[log.interval][0].name}, {path.name}): "
+                        "the run cannot be resumed; train into a new directory"
+                    )
+                found[log.interval] = (path, blob)
         for i in range(intervals):
             if i not in found:
                 raise JobMismatch(
