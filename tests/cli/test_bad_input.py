@@ -238,19 +238,30 @@ def test_export_onnx_without_the_jobs_data(
     assert not (d / "w.st").exists() and not (d / "m.onnx").exists()
 
 
-RAISES_AT_STEP_1 = (  # once the optimizer has updated the weight in place: from step 1
-    "import torch\n"
-    "class M(torch.nn.Module):\n"
-    "    def __init__(self):\n"
-    "        super().__init__()\n"
-    "        self.fc = torch.nn.Linear(64, 10)\n"
-    "    def forward(self, x):\n"
-    "        if self.fc.weight._version > 0:\n"
-    "            raise KeyError('boom in the model')\n"
-    "        return self.fc(x)\n"
-    "def build():\n"
-    "    return M()\n"
-)
+def _model_failing(line: str) -> str:
+    """A linear model whose forward runs ``line`` once the optimizer has updated its weight in
+    place (from its first training step)."""
+    return (
+        "import torch\n"
+        "from dk.crypto.hashing import u64\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(64, 10)\n"
+        "    def forward(self, x):\n"
+        "        if self.fc.weight._version > 0:\n"
+        f"            {line}\n"
+        "        return self.fc(x)\n"
+        "def build():\n"
+        "    return M()\n"
+    )
+
+
+def _exact_job(d: Path, backend: str) -> None:
+    """``job.toml`` in ``d`` from its draft, in exact mode on ``backend``."""
+    draft = (d / "draft.toml").read_text().replace("mode = 'tolerant'", "mode = 'exact'")
+    (d / "draft.toml").write_text(draft + f"backend = '{backend}'\n")
+    assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
 
 
 @pytest.mark.parametrize("backend", ["torch", "rounded"])
@@ -262,14 +273,12 @@ def test_the_models_own_exception_in_training_is_one_line_exit_3(
 ) -> None:
     """The job's model raising inside a training step is the job's input, not a bug in dk: one
     line naming the model file, its line and the step, exit 3; DK_DEBUG=1 adds the traceback."""
-    d = _dir(tmp_path, model=RAISES_AT_STEP_1)
-    draft = (d / "draft.toml").read_text().replace("mode = 'tolerant'", "mode = 'exact'")
-    (d / "draft.toml").write_text(draft + f"backend = '{backend}'\n")
-    assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
+    d = _dir(tmp_path, model=_model_failing("raise KeyError('boom in the model')"))
+    _exact_job(d, backend)
     code, err = _dk(["train", str(d / "job.toml"), "--out", str(d / "run")], capsys)
     assert code == 3, err
     assert re.search(r"the job.s model raised KeyError: .boom in the model. at step \d+ \(", err)
-    assert "model.py:8 in forward" in err
+    assert "model.py:9 in forward" in err
     monkeypatch.setenv("DK_DEBUG", "1")
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
@@ -288,11 +297,7 @@ def test_an_exception_outside_the_model_is_still_a_bug(
     from dk.pol.recorder import Recorder
 
     d = _dir(tmp_path)
-    draft = (d / "draft.toml").read_text().replace("mode = 'tolerant'", "mode = 'exact'")
-    (d / "draft.toml").write_text(draft + "backend = 'torch'\n")
-    capsys.readouterr()
-    ok = main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
-    assert ok, capsys.readouterr().err
+    _exact_job(d, "torch")
 
     def broken(self: object) -> object:
         raise ZeroDivisionError("not the model")
@@ -306,31 +311,13 @@ def test_an_exception_outside_the_model_is_still_a_bug(
     assert "internal error" in err and "ZeroDivisionError" in err
 
 
-CALLS_DK = (  # the model calls dk, and dk fails inside: dk's error, not the model's
-    "import torch\n"
-    "from dk.crypto.hashing import u64\n"
-    "class M(torch.nn.Module):\n"
-    "    def __init__(self):\n"
-    "        super().__init__()\n"
-    "        self.fc = torch.nn.Linear(64, 10)\n"
-    "    def forward(self, x):\n"
-    "        if self.fc.weight._version > 0:\n"
-    "            u64(-1)\n"
-    "        return self.fc(x)\n"
-    "def build():\n"
-    "    return M()\n"
-)
-
-
 def test_a_failure_inside_dk_under_the_model_is_not_blamed_on_the_model(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A deeper frame of dk's own code than the model's: dk failed (internal, exit 70), even
     though the model's forward is on the stack (the rounded backend, dk's Dropout...)."""
-    d = _dir(tmp_path, model=CALLS_DK)
-    draft = (d / "draft.toml").read_text().replace("mode = 'tolerant'", "mode = 'exact'")
-    (d / "draft.toml").write_text(draft + "backend = 'torch'\n")
-    assert main_ok(["job", "init", "--from", str(d / "draft.toml"), "--out", str(d / "job.toml")])
+    d = _dir(tmp_path, model=_model_failing("u64(-1)"))  # dk raises, under the model
+    _exact_job(d, "torch")
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         main(["train", str(d / "job.toml"), "--out", str(d / "run")])

@@ -171,6 +171,14 @@ def test_matrix_products_within_the_bound_of_aten() -> None:
         assert kernels64.calls[name] == before + 1
 
 
+def _same_state(built: list[Any]) -> None:
+    """The two examples' models end in the same bits."""
+    for (k, v), (k2, v2) in zip(
+        built[0]["model"].state_dict().items(), built[1]["model"].state_dict().items(), strict=True
+    ):
+        assert k == k2 and torch.equal(v, v2), k
+
+
 def _final(kind: str, record_fast: bool, replay_fast: bool) -> None:
     """Record one interval with fast kernels on (or off), replay with them off (or on)."""
     cfg = {"seed": 5, "width": 8 if kind == "resnet" else 32, "batch": 4}
@@ -191,10 +199,7 @@ def _final(kind: str, record_fast: bool, replay_fast: bool) -> None:
     rep.finish()  # the log is accepted: sites, trace and every entry
     n2 = sum(kernels64.calls.values())
     assert (n1 > n0) == record_fast and (n2 > n1) == replay_fast
-    for (k, v), (k2, v2) in zip(
-        built[0]["model"].state_dict().items(), built[1]["model"].state_dict().items(), strict=True
-    ):
-        assert k == k2 and torch.equal(v, v2), k
+    _same_state(built)
 
 
 @pytest.mark.parametrize("kind", ["resnet", "lm"])
@@ -203,13 +208,18 @@ def test_recorded_with_one_kernel_replays_with_the_other(kind: str, fast: Any) -
     _final(kind, *fast)
 
 
-def test_the_fast_path_runs_in_training_and_switches_off() -> None:
-    b = ex.build("resnet", seed=1, width=8, batch=4)
+def _one_step_calls(b: dict[str, Any]) -> Any:
+    """``kernels64.calls`` of one recorded step of example ``b``."""
     before = kernels64.calls.copy()
     rec = RoundedMode.record(job_id=JOB, interval=0)
     ex.train(b, range(1), lambda: rec)
     rec.finish()
-    ran = kernels64.calls - before
+    return kernels64.calls - before
+
+
+def test_the_fast_path_runs_in_training_and_switches_off() -> None:
+    b = ex.build("resnet", seed=1, width=8, batch=4)
+    ran = _one_step_calls(b)
     for name in ("convolution", "convolution_blocked", "weight_grad_blocks", "addmm", "mm"):
         assert ran[name] > 0, name
     before = kernels64.calls.copy()
@@ -265,12 +275,7 @@ def test_the_cpu_vendor_is_read_on_linux() -> None:
 def test_products_left_to_aten_keep_the_convolutions(monkeypatch: pytest.MonkeyPatch) -> None:
     """``PRODUCTS = "aten"``: no matrix product through NumPy, convolutions still."""
     monkeypatch.setattr(kernels64, "PRODUCTS", "aten")
-    b = ex.build("resnet", seed=2, width=8, batch=4)
-    before = kernels64.calls.copy()
-    rec = RoundedMode.record(job_id=JOB, interval=0)
-    ex.train(b, range(1), lambda: rec)
-    rec.finish()
-    ran = kernels64.calls - before
+    ran = _one_step_calls(ex.build("resnet", seed=2, width=8, batch=4))
     assert ran["convolution"] > 0
     assert not any(ran[n] for n in ("mm", "addmm", "bmm", "baddbmm")), ran
     g = torch.Generator().manual_seed(3)
@@ -306,7 +311,4 @@ def test_a_run_recorded_with_one_products_kernel_replays_with_the_other(
     rep.finish()
     n2 = _products()
     assert (n1 > n0, n2 > n1) == (record == "numpy", replay == "numpy")
-    for (k, v), (k2, v2) in zip(
-        built[0]["model"].state_dict().items(), built[1]["model"].state_dict().items(), strict=True
-    ):
-        assert k == k2 and torch.equal(v, v2), k
+    _same_state(built)
