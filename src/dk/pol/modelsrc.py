@@ -113,7 +113,7 @@ def _entry_module(model: dict[str, Any]) -> types.ModuleType:
     return mod
 
 
-_DK_DIR = str(Path(__file__).resolve().parents[1])  # dk's package: its own frames
+_DK_DIR = str(Path(__file__).resolve().parents[1]) + os.sep  # dk's package: its own frames
 
 
 def _model_frame(exc: BaseException) -> traceback.FrameSummary | None:

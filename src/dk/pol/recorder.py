@@ -788,10 +788,9 @@ class Recorder:
             ck = self.engine.snapshot(step, self.sampler.steps_per_epoch)
         else:
             assert self._model is not None and self._opt is not None
-            from dk.pol.torch_adapter import check_hidden_state, hidden_state, snapshot
+            from dk.pol.torch_adapter import check_hidden_state, snapshot
 
-            if self._hidden is None:  # taken when the model was attached, before any step
-                self._hidden = hidden_state(self._model)
+            assert self._hidden is not None  # taken in attach, with the model, before any step
             check_hidden_state(self._model, self._hidden, step)
             ck = snapshot(
                 self._model, self._opt, self.job, step, self.sampler.steps_per_epoch, self.codec

@@ -262,14 +262,23 @@ def test_products_go_to_aten_only_with_mkl_on_intel(vendor: str, mkl: bool, aten
     assert kernels64.aten_products(vendor, mkl) is aten
 
 
-def test_the_cpu_vendor_is_read_on_linux() -> None:
-    try:
-        text = open("/proc/cpuinfo", encoding="ascii", errors="replace").read()
-    except OSError:
-        pytest.skip("no /proc/cpuinfo")
-    if "vendor_id" not in text:
-        pytest.skip("no vendor_id in /proc/cpuinfo (not x86)")
-    assert kernels64._cpu_vendor() in text and kernels64._cpu_vendor() != ""
+def test_the_cpu_vendor_is_read_from_cpuinfo(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``vendor_id`` of a cpuinfo file; without one (arm64, no file) ``platform.processor()``
+    decides, which names Intel on Windows only."""
+    import platform
+
+    info = tmp_path / "cpuinfo"
+    monkeypatch.setattr(platform, "processor", lambda: "")
+    for vendor in ("GenuineIntel", "AuthenticAMD"):
+        info.write_text(f"processor\t: 0\nvendor_id\t: {vendor}\nflags\t\t: fpu\n")
+        assert kernels64._cpu_vendor(str(info)) == vendor
+    info.write_text("processor\t: 0\nCPU implementer\t: 0x41\n")  # arm64: no vendor_id
+    assert kernels64._cpu_vendor(str(info)) == ""
+    assert kernels64._cpu_vendor(str(tmp_path / "missing")) == ""
+    monkeypatch.setattr(platform, "processor", lambda: "Intel64 Family 6, GenuineIntel")
+    assert kernels64._cpu_vendor(str(tmp_path / "missing")) == "GenuineIntel"
 
 
 def test_products_left_to_aten_keep_the_convolutions(monkeypatch: pytest.MonkeyPatch) -> None:

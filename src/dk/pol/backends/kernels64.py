@@ -248,10 +248,12 @@ def convolution(args: Any, kwargs: Any) -> Any:
     return torch.from_numpy(out.reshape(n, co, cols.ho, cols.wo))
 
 
-def _cpu_vendor() -> str:
-    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...), or ``""``."""
+def _cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...) from ``cpuinfo``'s
+    ``vendor_id`` line (Linux on x86), else ``GenuineIntel`` if ``platform.processor()`` names
+    it (Windows), else ``""``."""
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+        with open(cpuinfo, encoding="ascii", errors="replace") as f:
             for line in f:
                 if line.startswith("vendor_id"):
                     return line.partition(":")[2].strip()
