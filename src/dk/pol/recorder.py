@@ -709,12 +709,13 @@ class Recorder:
         # a resumed run appends to its (rewritten) log, from its last committed checkpoint
         self._writer.start(prev=self._prev_ck, truncate=self._partial is None)
         self._det.__enter__()
+        if self.rounding is not None:  # committed by checkpoint 0's line (dk.pol.resume)
+            self.info.ext = {**(self.info.ext or {}), "rounding": self.rounding.run_ext()}
         if self._partial is None:
             self._snap(0, 0)
         if self.rounding is not None:
-            self.info.ext = {**(self.info.ext or {}), "rounding": self.rounding.run_ext()}
             if self._partial is not None:  # SPEC VI: the committed intervals' logs stay
-                self.rounding.resume(self._next - 1, self._partial.last)
+                self.rounding.resume(self._partial, self.info.ext)
             self.rounding.begin(self._next - 1)
 
     def paused(self) -> Any:
@@ -771,19 +772,24 @@ class Recorder:
 
     # -- recording ---------------------------------------------------------------------
     def _interval_ext(self, index: int) -> dict[str, Any] | None:
-        """The ``ext`` object (SPEC §11.5) of the interval ending at checkpoint ``index``."""
-        if index == 0 or self._loss is None:
-            return None
-        loss = self._loss.take()
-        if not np.isfinite(loss):
-            raise TrainingDiverged(
-                f"step {self.step}: the training loss of interval {index - 1} is not finite; "
-                "recording stopped"
-            )
-        return {LOSS_KEY: loss}
+        """The ``ext`` object (SPEC §11.5) of the interval ending at checkpoint ``index``: its
+        loss, and a rounded run's log (SPEC VI §4, written before the line that commits it)."""
+        ext: dict[str, Any] = {}
+        if index > 0 and self._loss is not None:
+            loss = self._loss.take()
+            if not np.isfinite(loss):
+                raise TrainingDiverged(
+                    f"step {self.step}: the training loss of interval {index - 1} is not "
+                    "finite; recording stopped"
+                )
+            ext[LOSS_KEY] = loss
+        if index > 0 and self.rounding is not None:
+            ext["rounding_log"] = self.rounding.exts[index - 1]
+        return ext or None
 
     def _snap(self, index: int, step: int) -> None:
-        ext = self._interval_ext(index)
+        # checkpoint 0's line commits the run's ext (a resume checks it: dk.pol.resume)
+        ext = self.info.ext if index == 0 else self._interval_ext(index)
         if self.engine is not None:
             ck = self.engine.snapshot(step, self.sampler.steps_per_epoch)
         else:
@@ -906,11 +912,7 @@ class Recorder:
             raise JobMismatch(f"training stopped at step {self.step} of {self.job.steps}")
         # One durability point for the whole run (not one fsync per checkpoint): every blob
         # and the log reach the disk before run.json (itself written atomically) says complete.
-        logs: list[Path] = []
-        if self.rounding is not None:  # SPEC VI §4: each interval commits its log by digest
-            logs = self.rounding.written
-            for iv in self.info.intervals:
-                iv.ext = {**(iv.ext or {}), "rounding_log": self.rounding.exts[iv.index]}
+        logs = self.rounding.written if self.rounding is not None else []
         sync_files([*written, *logs])
         self.info.complete = True
         write_run(self.run_dir, self.info)

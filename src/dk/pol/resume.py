@@ -12,6 +12,11 @@ saving: every random draw of step ``t`` comes from generators seeded by the job'
 ``t`` (SPEC §8.3). So in exact mode the resumed run commits the same checkpoints, intervals,
 losses and transcript root as an uninterrupted one, bit for bit.
 
+A rounded run (SPEC Part VI) commits each interval's rounding log by the ``ext.rounding_log``
+of the interval's line, and the torch release by the ``ext`` of checkpoint 0's line. The
+committed prefix ends before the first interval whose named log is not whole in ``logs/`` (a
+log written, then lost before it reached the disk): that interval is trained again.
+
 A partial run is refused (``FormatError``, exit 3) when its checkpoint 0 is not the job's
 (another job's directory), its steps are not the job's ``0, k, 2k, …``, a blob is missing or
 has another size, or the last checkpoint does not hash to its logged root.
@@ -31,6 +36,8 @@ from typing import Any
 
 from dk.crypto.hashing import digests_equal
 from dk.errors import FormatError
+from dk.pol.backends.ext import INTERVAL_KEY, check_log_ext, log_blob_name
+from dk.pol.backends.log import log_digest
 from dk.pol.checkpoint import Tensors, check_schema, checkpoint_root, initial_checkpoint
 from dk.pol.job import JobSpec
 from dk.pol.pack import RunBlobs, truncate_pack
@@ -51,6 +58,7 @@ class PartialRun:
     last: Tensors  # the tensors of the last committed checkpoint (verified against its root)
     lines: list[str]  # the log's valid lines, as written
     pack_end: int = 0  # where blobs.pack is cut back to: past the last record the log names
+    run_ext: dict[str, Any] | None = None  # the run's ext as checkpoint 0's line committed it
 
     @property
     def step(self) -> int:
@@ -70,8 +78,9 @@ def has_partial_run(run_dir: str | Path) -> bool:
     return not (d / "run.json").exists() and log.is_file() and log.stat().st_size > 0
 
 
-def _valid_lines(data: bytes, job: JobSpec) -> list[tuple[str, dict[str, Any]]]:
-    """The longest prefix of log lines that parse and follow on (indices, steps, intervals)."""
+def _valid_lines(data: bytes, job: JobSpec, run_dir: Path) -> list[tuple[str, dict[str, Any]]]:
+    """The longest prefix of log lines that parse and follow on (indices, steps, intervals)
+    and, for a rounded job, whose intervals' logs are whole."""
     steps = job.checkpoint_steps()
     out: list[tuple[str, dict[str, Any]]] = []
     for raw in data.split(b"\n"):
@@ -90,7 +99,26 @@ def _valid_lines(data: bytes, job: JobSpec) -> list[tuple[str, dict[str, Any]]]:
         except (UnicodeDecodeError, ValueError, KeyError, TypeError):
             break  # a torn last line (or garbage): the committed prefix ends here
         out.append((line, d))
+    if job.pol.get("backend") == "rounded":  # SPEC VI §4: up to the first log not whole
+        for j, (_, d) in enumerate(out[1:], start=1):
+            if not _log_is_whole(run_dir, (d["interval"].get("ext") or {}).get(INTERVAL_KEY)):
+                return out[:j]
     return out
+
+
+def _log_is_whole(run_dir: Path, ext: Any) -> bool:
+    """Whether ``ext`` (an interval's ``ext.rounding_log``) names a log that ``run_dir`` holds
+    whole: at ``logs/<digest>.dkrl``, of its size, with its digest (SPEC VI §4)."""
+    try:
+        check_log_ext(ext, "rounding_log")
+    except ValueError:
+        return False
+    path = run_dir / ext["blob"]
+    if ext["blob"] != log_blob_name(bytes.fromhex(ext["digest"])) or not path.is_file():
+        return False
+    if path.is_symlink() or path.stat().st_size != ext["nbytes"]:
+        return False
+    return digests_equal(log_digest(path.read_bytes()), bytes.fromhex(ext["digest"]))
 
 
 def read_partial_run(run_dir: str | Path, job: JobSpec, steps_per_epoch: int) -> PartialRun | None:
@@ -104,7 +132,7 @@ def read_partial_run(run_dir: str | Path, job: JobSpec, steps_per_epoch: int) ->
         data = f.read(MAX_LOG_BYTES + 1)
     if len(data) > MAX_LOG_BYTES:
         raise FormatError(f"{d / LOG} is over {MAX_LOG_BYTES} bytes")
-    lines = _valid_lines(data, job)
+    lines = _valid_lines(data, job, d)
     if not lines:
         return None
     cks = [CheckpointEntry(**ln[1]["checkpoint"]) for ln in lines]
@@ -127,7 +155,15 @@ def read_partial_run(run_dir: str | Path, job: JobSpec, steps_per_epoch: int) ->
             f"cannot resume {d}: checkpoint {cks[-1].index} is corrupt ({e})"
         ) from None
     check_schema(job, cks[-1].step, last)
-    return PartialRun(cks, ivs, last, [ln[0] for ln in lines], blobs.packed_end(roots))
+    run_ext = lines[0][1].get("ext")
+    return PartialRun(
+        cks,
+        ivs,
+        last,
+        [ln[0] for ln in lines],
+        blobs.packed_end(roots),
+        run_ext if isinstance(run_ext, dict) else None,
+    )
 
 
 def rewrite_log(run_dir: str | Path, partial: PartialRun) -> None:

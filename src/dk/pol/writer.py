@@ -142,10 +142,10 @@ class CommitWriter:
 
     def put(self, index: int, step: int, ck: Tensors, ext: dict[str, Any] | None = None) -> None:
         """Queue checkpoint ``index`` (taken at ``step``) and the ``ext`` object (SPEC §11.5) of
-        the interval it ends; raises the error of an earlier commit, if any (a checkpoint
-        put while the thread's commit fails is not committed: the next ``put`` or ``close``
-        raises). A small checkpoint that fills its batch commits the batch here, on the
-        caller's thread, and raises its error.
+        the interval it ends (a new run's checkpoint 0: the run's ``ext``); raises the error of
+        an earlier commit, if any (a checkpoint put while the thread's commit fails is not
+        committed: the next ``put`` or ``close`` raises). A small checkpoint that fills its
+        batch commits the batch here, on the caller's thread, and raises its error.
 
         ``ck`` must not change afterwards (a snapshot, not live weights).
         """
@@ -305,6 +305,8 @@ class CommitWriter:
         entry = CheckpointEntry(index=index, step=step, root=root.hex(), nbytes=nbytes)
         self.info.checkpoints.append(entry)
         line: dict[str, Any] = {"checkpoint": entry.__dict__}
+        if prev is None and ext is not None:  # checkpoint 0: the run's ext (dk.pol.resume)
+            line["ext"] = ext
         if prev is not None:
             start = self.info.checkpoints[index - 1].step
             iv = IntervalEntry(

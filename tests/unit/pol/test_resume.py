@@ -4,8 +4,10 @@ the resumed run's bundle is byte-identical to an uninterrupted one (exact mode).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +75,17 @@ def _bundle_bytes(bundle: Path) -> dict[str, bytes]:
     }
 
 
-def _check_resume(job: Any, tmp: Path, kill_at: int, torn: bool = False, least: int = 2) -> None:
+def _check_resume(
+    job: Any,
+    tmp: Path,
+    kill_at: int,
+    torn: bool = False,
+    least: int = 2,
+    damage: Callable[[Path], None] | None = None,
+) -> int | None:
+    """Kill a run after step ``kill_at``, ``damage`` it, resume it: the bundle must be an
+    uninterrupted run's, byte for byte. Returns the step the run resumed from."""
+    from dk.pol.recorder import Recorder
     from dk.pol.resume import has_partial_run
 
     train_job(job, tmp / "whole")
@@ -83,10 +95,22 @@ def _check_resume(job: Any, tmp: Path, kill_at: int, torn: bool = False, least: 
     log = (run / "run.log.jsonl").read_text().splitlines()
     committed = sum(1 for ln in log if ln.endswith("}"))
     assert least <= committed < len(job.checkpoint_steps())  # interrupted mid-run
-    info = train_job(job, run, resume=True)
+    if damage is not None:
+        damage(run)
+    resumed_from: list[int | None] = []
+    init = Recorder.__init__
+
+    def spy(self: Recorder, *a: Any, **k: Any) -> None:
+        init(self, *a, **k)
+        resumed_from.append(self.resumed_from)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Recorder, "__init__", spy)
+        info = train_job(job, run, resume=True)
     assert info.complete and len(info.checkpoints) == len(job.checkpoint_steps())
     resumed = prove_run(run, job, WORKER, tmp / "resumed-bundle")
     assert _bundle_bytes(resumed) == _bundle_bytes(whole)
+    return resumed_from[0]
 
 
 def test_exact_kernels_run_resumes_bit_identically(tmp_path: Path) -> None:
@@ -120,16 +144,52 @@ def test_rounded_run_resumes_bit_identically(tmp_path: Path, kill_at: int, least
     assert len(list((tmp_path / "run" / "logs").glob("*.dkrl"))) == 4
 
 
+def _log_of(run: Path, interval: int) -> Path:
+    from dk.pol.backends.log import decode_log
+
+    return next(
+        p for p in (run / "logs").glob("*.dkrl") if decode_log(p.read_bytes()).interval == interval
+    )
+
+
 @pytest.mark.slow
-def test_rounded_run_without_its_committed_logs_is_not_resumed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["missing", "torn"])
+def test_rounded_run_redoes_the_first_interval_whose_log_is_not_whole(
+    tmp_path: Path, damage: str
+) -> None:
+    """A log its line commits but the disk lost (or holds cut short) ends the committed prefix
+    there: that interval is trained again, and the bundle is an uninterrupted run's. A stray
+    log of a committed interval (nothing commits it) is not taken for the committed one."""
+    from dk.pol.backends.ext import log_ext
+    from dk.pol.backends.log import RoundingLog, decode_log
+
+    def hurt(run: Path) -> None:
+        path, log = _log_of(run, 1), decode_log(_log_of(run, 0).read_bytes())
+        if damage == "missing":
+            path.unlink()
+        else:
+            path.write_bytes(path.read_bytes()[:-3])
+        stray = RoundingLog(log.job_id, 0, log.tau_log2, sites=log.sites + 1).encode()
+        (run / log_ext(stray)["blob"]).write_bytes(stray)
+
+    job = tiny_job(steps=16, interval=4, pol={"backend": "rounded"})
+    assert _check_resume(job, tmp_path, kill_at=14, damage=hurt) == 4  # checkpoint 1
+
+
+@pytest.mark.slow
+def test_rounded_run_of_another_torch_release_is_not_resumed(tmp_path: Path) -> None:
+    """Checkpoint 0's line commits the run's torch release; another one refuses the resume
+    (its intervals would mix two releases' sites, SPEC VI §4)."""
     from dk.errors import JobMismatch
 
     job = tiny_job(steps=16, interval=4, pol={"backend": "rounded"})
     run = _killed_run(job, tmp_path, kill_at=14)
-    logs = sorted((run / "logs").glob("*.dkrl"))
-    assert logs
-    logs[0].unlink()
-    with pytest.raises(JobMismatch, match="rounding log of committed interval"):
+    log = run / "run.log.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    assert '"ext": {"rounding": {"torch": "' in lines[0]
+    lines[0] = re.sub(r'"torch": "[^"]*"', '"torch": "2.0.1"', lines[0])
+    log.write_text("".join(lines))
+    with pytest.raises(JobMismatch, match=r"recorded under torch 2\.0\.1 and this is torch"):
         train_job(job, run, resume=True)
 
 
@@ -150,21 +210,3 @@ def test_cli_resumes_automatically(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert "resuming the interrupted run" in r.stderr
     assert (run / "run.json").exists()
-
-
-@pytest.mark.slow
-def test_two_logs_of_one_committed_interval_refuse_the_resume(tmp_path: Path) -> None:
-    """Nothing in the run says which of two logs of interval 0 it committed: refused."""
-    from dk.errors import JobMismatch
-    from dk.pol.backends.ext import log_ext
-    from dk.pol.backends.log import RoundingLog, decode_log
-
-    job = tiny_job(steps=16, interval=4, pol={"backend": "rounded"})
-    run = _killed_run(job, tmp_path, kill_at=14)
-    for path in sorted((run / "logs").glob("*.dkrl")):
-        log = decode_log(path.read_bytes())
-        if log.interval == 0:
-            other = RoundingLog(log.job_id, 0, log.tau_log2, sites=log.sites + 1).encode()
-            (run / log_ext(other)["blob"]).write_bytes(other)
-    with pytest.raises(JobMismatch, match="two rounding logs of committed interval 0"):
-        train_job(job, run, resume=True)

@@ -36,7 +36,7 @@ class RoundingRecorder:
         clear_dead_modes()  # a previous Recorder on this thread that died mid-interval
         self.job, self.run_dir, self.self_check = job, run_dir, self_check
         self.exts: dict[int, dict[str, Any]] = {}
-        self.blobs: dict[int, bytes] = {}
+        self._blob0: bytes | None = None  # interval 0's log: the first checkpoint's self-check
         self.written: list[Path] = []
         self._mode: RoundedMode | None = None
         self._active = False
@@ -45,48 +45,31 @@ class RoundingRecorder:
         self._interval = 0
         self._ck0: Any = None
 
-    def resume(self, intervals: int, last: Any) -> None:
-        """Continue a run whose intervals ``0 .. intervals-1`` are committed (``last``: the
-        last committed checkpoint): their logs are found in ``RUN/logs`` by the job and
-        interval each names (SPEC VI §3), the interval in progress is recorded afresh.
+    def resume(self, partial: Any, run_ext: dict[str, Any]) -> None:
+        """Continue ``partial`` (a :class:`dk.pol.resume.PartialRun`): the logs its intervals'
+        lines commit stay (:func:`dk.pol.resume.read_partial_run` checked them whole), the
+        interval in progress is recorded afresh.
 
         Raises:
-            JobMismatch: a committed interval's log is missing or unreadable.
+            JobMismatch: the partial run was recorded under another torch release (its sites
+                may differ: SPEC VI §4), or its checkpoint 0 line does not name one.
         """
-        from dk.errors import FormatError
-        from dk.pol.backends.log import MAX_LOG_BYTES, decode_log
-
-        found: dict[int, tuple[Path, bytes]] = {}
-        logs = self.run_dir / "logs"
-        for path in sorted(logs.glob("*.dkrl")) if logs.is_dir() else []:
-            if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_LOG_BYTES:
-                continue
-            blob = path.read_bytes()
-            try:
-                log = decode_log(blob)
-            except FormatError:
-                continue  # a log cut short by the interruption: its interval is redone
-            if log.job_id == self.job.job_id and log.interval < intervals:
-                if self.run_dir / log_ext(blob)["blob"] != path:
-                    continue
-                if log.interval in found:  # nothing says which one the run committed
-                    raise JobMismatch(
-                        f"{self.run_dir}: two rounding logs of committed interval "
-                        f"{log.interval} in logs/ ({found[log.interval][0].name}, {path.name}): "
-                        "the run cannot be resumed; train into a new directory"
-                    )
-                found[log.interval] = (path, blob)
-        for i in range(intervals):
-            if i not in found:
-                raise JobMismatch(
-                    f"{self.run_dir}: the rounding log of committed interval {i} is missing from "
-                    "logs/: the run cannot be resumed; train into a new directory"
-                )
-            path, blob = found[i]
-            self.exts[i], self.blobs[i] = log_ext(blob), blob
-            self.written.append(path)
-        if intervals == 0:  # interval 0 is redone: its self-check replays from checkpoint 0
-            self._ck0 = last
+        was = (partial.run_ext or {}).get("rounding")
+        if was != run_ext["rounding"]:
+            said = f"torch {was['torch']}" if isinstance(was, dict) and "torch" in was else None
+            raise JobMismatch(
+                f"{self.run_dir}: the interrupted run was recorded under "
+                f"{said or 'an unnamed torch release'} and this is torch "
+                f"{run_ext['rounding']['torch']}; one run's intervals must come from one "
+                "release (SPEC VI §4): resume under the same release or train into a new "
+                "directory"
+            )
+        for iv in partial.intervals:
+            ext = iv.ext["rounding_log"]
+            self.exts[iv.index] = ext
+            self.written.append(self.run_dir / ext["blob"])
+        if not partial.intervals:  # interval 0 is redone: its self-check replays from ck 0
+            self._ck0 = partial.last
 
     @staticmethod
     def run_ext() -> dict[str, Any]:
@@ -182,7 +165,8 @@ class RoundingRecorder:
         path.write_bytes(blob)
         self.written.append(path)
         self.exts[interval] = ext
-        self.blobs[interval] = blob
+        if interval == 0:
+            self._blob0 = blob
         return blob
 
     def snapped(self, index: int, step: int, ck: Any, dataset: Any) -> None:
@@ -207,8 +191,9 @@ class RoundingRecorder:
         from dk.pol.checkpoint import checkpoint_root
         from dk.pol.replay import Replayer
 
+        assert self._blob0 is not None
         try:
-            got = Replayer(self.job, dataset).run(start, *steps, rounding_log=self.blobs[0])
+            got = Replayer(self.job, dataset).run(start, *steps, rounding_log=self._blob0)
         except FormatError as e:
             raise JobMismatch(
                 f"rounded backend: replaying interval 0 under its own log fails ({e}); the loop "
