@@ -20,7 +20,8 @@ PREFIX = re.compile(r"^([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+): ")  # "STAKE_MOVED: ..."
 NOT_CODES = {
     *("ADDRESS", "HELP", "FAIL", "OK", "PYTHONPATH", "UNSUPPORTED"),
     *("BEGIN", "COMMIT", "ROLLBACK", "PRAGMA", "BIGINT", "BYTEA", "IGNORE", "FULL", "NORMAL"),
-    *("GET", "POST", "PNG", "JPEG", "RGB", "F32", "I64", "FAILED"),
+    *("GET", "POST", "PNG", "JPEG", "RGB", "FAILED"),
+    *("F32", "F64", "I64", "U8", "I32", "U64"),  # safetensors dtype names (SPEC §10.3)
     *("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "LOSS_KEY", "LOCAL_RANK"),
     *("ATEN_CPU_CAPABILITY", "PYTHON"),  # calibration's CPU variants: torch's variable, PYTHON*
 }

@@ -298,6 +298,33 @@ def generate(root: Path) -> None:
             {"write": {"manifest.json": manifest.replace(b'"version":2', b'"version":3').hex()}},
         ),
     ]
+    # SPEC §10.3: checkpoint 1's blob rewritten at its committed size (so the size check
+    # passes and the parse decides)
+    blob1 = json.loads(manifest)["checkpoints"][1]["blob"]
+    b1 = (out / "honest" / blob1).read_bytes()
+    f16 = b1.replace(
+        b'"model/fc1.bias":{"dtype":"F32","shape":[10]',
+        b'"model/fc1.bias":{"dtype":"F16","shape":[20]',
+    )
+    dup = b1.replace(b'"model/fc1.bias":', b'"model/fc0.bias":')
+    assert len(f16) == len(dup) == len(b1) and f16 != b1 and dup != b1
+    recipes += [
+        (
+            "blob of the committed size that is not safetensors",
+            "BLOB_MALFORMED",
+            {"write": {blob1: bytes(len(b1)).hex()}},
+        ),
+        (
+            "blob of the committed size with a float16 tensor (not a SPEC §4.1 dtype)",
+            "BLOB_MALFORMED",
+            {"write": {blob1: f16.hex()}},
+        ),
+        (
+            "blob of the committed size with a duplicate tensor name",
+            "BLOB_MALFORMED",
+            {"write": {blob1: dup.hex()}},
+        ),
+    ]
     for why, reason, recipe in recipes:
         cases.append(_case(why, "honest", "invalid", reason, **recipe))
     cases.append(

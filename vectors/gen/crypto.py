@@ -28,6 +28,7 @@ from dk.crypto.stream import (
     stream_words,
     uniform_floats,
 )
+from dk.pol.modelsrc import TAG_MODEL_SOURCE
 from dk.pol.transcript import signing_digest
 from dk.vectors import write_cases
 from dk.vectors.crypto import (
@@ -50,10 +51,15 @@ SPEC_TAGS = [
     hashing.TAG_BATCH,
     hashing.TAG_TRANSCRIPT_HEADER,
     hashing.TAG_TRANSCRIPT_LEAF,
+    hashing.TAG_TRANSCRIPT_EXT,
+    TAG_MODEL_SOURCE,
     hashing.TAG_SIGNATURE,
     hashing.TAG_CHALLENGE,
     hashing.TAG_REPORT,
     hashing.TAG_ATTESTATION,
+    hashing.TAG_RANK,
+    hashing.TAG_RANK_GRAD,
+    hashing.TAG_RANK_INTERVAL,
 ]
 
 
@@ -237,7 +243,10 @@ def canonical_json_cases() -> list[Case]:
         (b'{"a": "\xff"}', "invalid UTF-8 byte"),
         (b'{"a": "\xc3"}', "truncated UTF-8 sequence"),
         (b'{"a": 1e999}', "number overflowing to infinity"),
+        (b"[" * 33 + b"]" * 33, "33 nested arrays (deeper than 32)"),
         (b"[" * 34 + b"]" * 34, "34 nested arrays"),
+        (b'["\\ud800"]', "lone high surrogate escape"),
+        (b'["\\udc00\\ud800"]', "surrogate escapes in the wrong order"),
         (b'{"a": 1', "truncated document"),
         (b'{"a": 1} x', "trailing garbage"),
     ]
@@ -284,7 +293,7 @@ TENSOR_SETS: list[tuple[str, dict[str, Any]]] = [
     ),
     ("zero-size tensor", {"empty": {"dtype": "float32", "shape": [0, 4], "fill": "arange"}}),
     (
-        "special floats (NaN, inf, -0.0, subnormal) encode bit-exactly",
+        "special floats (NaN, inf, -0.0, the least float32 subnormal, -inf) encode bit-exactly",
         {"s": {"dtype": "float32", "shape": [5], "fill": "specials"}},
     ),
     (

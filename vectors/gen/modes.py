@@ -242,11 +242,26 @@ def report_cases(out: Path) -> list[dict[str, Any]]:
                         samples=2, topq=0)  # fmt: skip
     assert rep.ok, rep.codes
     accept = rep.attestation_body()
-    reject = dict(accept, verdict="reject", reasons=["COMMITMENT_MISMATCH", "REPLAY_MISMATCH"],
-                  flags=["insecure-srs"], mode="zk")  # fmt: skip
+    srs = {"sha256": hashlib.sha256((out.parent / SRS).read_bytes()).hexdigest(), "kind": "local"}
+    # the replay step judges every challenged interval, so a zk report may hold two codes
+    reject = dict(accept, verdict="reject", reasons=["ZK_PROOF_INVALID", "ZK_PROOF_MISSING"],
+                  flags=["insecure-srs"], mode="zk", srs=srs)  # fmt: skip
+    bad = out / "honest-version-3"  # stopped at step 2 of SPEC §12.2: empty fields (§14.2)
+    shutil.copytree(out / "honest", bad)
+    try:
+        m = bad / "manifest.json"
+        m.write_bytes(m.read_bytes().replace(b'"version":2', b'"version":3'))
+        early = verify_bundle(
+            bad, out / "job.toml", beacon=bytes.fromhex(BEACON)
+        ).attestation_body()
+    finally:
+        shutil.rmtree(bad)
+    assert early["reasons"] == ["UNSUPPORTED_VERSION"] and early["job_id"] == "", early
     cases: list[dict[str, Any]] = []
     for comment, body in (("accept of vectors/modes/honest, beacon 00..00, s = 2", accept),
-                          ("reject with two reasons and a flag", reject)):  # fmt: skip
+                          ("zk reject with two reasons, a flag and the SRS", reject),
+                          ("reject stopped at the manifest (version 3): job_id, worker_key, "
+                           "transcript_root, beacon empty, challenged []", early)):  # fmt: skip
         r = report_from_body(body)
         cases.append({"comment": comment, "result": "valid", "body": body,
                       "canonical": canonical_json(r.attestation_body()).hex(),

@@ -964,11 +964,51 @@ def checkpoint_cases() -> list[Case]:
         else:
             cases.append(_invalid(why, lambda f=fields: read_blob_as(f), reason, **fields))
     big_header = (1 << 24).to_bytes(8, "little") + blob[8:]
+
+    def raw(header: str, data: bytes) -> bytes:  # a hand-written blob (SPEC §10.3)
+        h = header.encode()
+        return len(h).to_bytes(8, "little") + h + data
+
+    four = np.arange(4, dtype="<f4").tobytes()
+    entry = '"dtype":"F32","shape":[4],"data_offsets":[0,16]'
+    padded = raw('{"__metadata__":{"by":"hand"},"a":{' + entry + "}}   ", four)
+    cases.append(
+        {
+            "comment": "header with __metadata__ and trailing spaces (safetensors' padding)",
+            "result": "valid",
+            "op": "blob",
+            "blob": padded.hex(),
+            "root": checkpoint_root(parse_blob(padded)).hex(),
+        }
+    )
     for why, data in (
         ("7 bytes", blob[:7]),
         ("truncated data", blob[:-4]),
         ("header length past the end", big_header),
         ("header is not JSON", blob[:8] + b"!" + blob[9:]),
+        (
+            "duplicate tensor name, the last entry covering the data (the safetensors library "
+            "keeps the last)",
+            raw('{"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"a":{' + entry + "}}", four),
+        ),
+        (
+            "tensor entry with a key besides dtype, shape, data_offsets",
+            raw('{"a":{' + entry + ',"x":0}}', four),
+        ),
+        (
+            "float16 tensor (not a SPEC §4.1 dtype)",
+            raw('{"a":{"dtype":"F16","shape":[8],"data_offsets":[0,16]}}', four),
+        ),
+        (
+            "bfloat16 tensor (not a SPEC §4.1 dtype)",
+            raw('{"a":{"dtype":"BF16","shape":[8],"data_offsets":[0,16]}}', four),
+        ),
+        (
+            "a gap before the first tensor",
+            raw('{"a":{"dtype":"F32","shape":[3],"data_offsets":[4,16]}}', four),
+        ),
+        ("a byte after the last tensor", raw('{"a":{' + entry + "}}", four + b"\x00")),
+        ("header is a JSON array", raw("[]", b"")),
     ):
         cases.append(
             _invalid(

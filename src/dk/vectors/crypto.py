@@ -59,7 +59,14 @@ RFC8439_ZERO_KEY_BLOCKS = (
     "29b721769ce64e43d57133b074d839d531ed1f28510afb45ace10a1f4b794d6f",
 )
 
-_SPECIALS = (math.nan, math.inf, -0.0, 5e-324, -math.inf, 1.5)
+_SPECIALS = (
+    math.nan,
+    math.inf,
+    -0.0,
+    2.0**-149,
+    -math.inf,
+    1.5,
+)  # 2^-149: float32's least subnormal
 
 
 class CountingReader(WordReader):
@@ -79,8 +86,8 @@ def build_tensor_set(spec: dict[str, dict[str, Any]]) -> dict[str, np.ndarray]:
     """Materialise a tensor-set recipe ``{name: {dtype, shape, fill}}``.
 
     ``fill`` is ``arange`` (``0, 1, …`` cast to the dtype, wrapping for ``uint8``),
-    ``arange_neg`` (``arange - size // 2``) or ``specials`` (NaN, +inf, -0.0, the smallest
-    subnormal, -inf, 1.5, repeated; for float dtypes).
+    ``arange_neg`` (``arange - size // 2``) or ``specials`` (NaN, +inf, -0.0, 2^-149 (the
+    least float32 subnormal), -inf, 1.5, repeated; for float dtypes).
     """
     out: dict[str, np.ndarray] = {}
     for name, t in spec.items():

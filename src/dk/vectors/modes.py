@@ -102,6 +102,8 @@ def report_from_body(body: dict[str, Any]) -> Any:
         beacon=body["beacon"],
         mode=body["mode"],
         challenged=list(body["challenged"]),
+        srs=dict(body.get("srs", {})),
+        blame=list(body.get("blame", [])),
     )
     if rep.verdict != body["verdict"]:
         raise ValueError(f"verdict {body['verdict']!r} does not follow from the reasons")
@@ -119,6 +121,8 @@ def _check_report(case: dict[str, Any]) -> str:
         return "" if case.get("expected_reason") == "REPORT_MISMATCH" else "wrong expected_reason"
     if canonical_json(rep.attestation_body()).hex() != case["canonical"]:
         return "canonical body differs"
+    if canonical_json(case["body"]).hex() != case["canonical"]:  # every key of the body signed
+        return "the report drops or adds a key of the body"
     return "" if digest == case["digest"] else f"digest {digest} differs"
 
 

@@ -113,7 +113,7 @@ class Context:
         self.fail(check, code, str(e))
 
 
-# -- §12.2 steps 1-8: inputs, manifest, signature, job, root, structure, paths -----------------
+# -- §12.2 steps 1-8: inputs, manifest, root, signature, job, ranks, structure, paths ----------
 
 
 def check_inputs(ctx: Context) -> None:
@@ -261,7 +261,7 @@ def check_paths(ctx: Context) -> None:
     ctx.rep.passed("paths")
 
 
-# -- §12.2 steps 9-10: data and checkpoint 0 ---------------------------------------------------
+# -- §12.2 steps 10-11: data and checkpoint 0 (step 9: verifier.rounding) ----------------------
 
 
 def check_data(ctx: Context) -> None:
@@ -329,7 +329,7 @@ def check_init(ctx: Context) -> None:
     ctx.rep.passed("init")
 
 
-# -- §12.2 step 11: the challenge --------------------------------------------------------------
+# -- §12.2 step 12: the challenge --------------------------------------------------------------
 
 
 def challenge(ctx: Context) -> None:
@@ -358,7 +358,7 @@ def challenge(ctx: Context) -> None:
     )
 
 
-# -- §12.2 step 12: batch commitments ----------------------------------------------------------
+# -- §12.2 step 13: batch commitments ----------------------------------------------------------
 
 
 def check_batches(ctx: Context) -> None:
@@ -381,12 +381,12 @@ def check_batches(ctx: Context) -> None:
                 f"interval {iv.index} batch commitment is not the job's sampler order",
                 iv.index,
             )
-    # SPEC §12.2 step 11: the report names the beacon and the challenge from here on
+    # SPEC §12.2 steps 12-13: the report names the beacon and the challenge from here on
     ctx.rep.beacon, ctx.rep.challenged = ctx.beacon.hex(), ctx.chal
     ctx.rep.passed("batches")
 
 
-# -- §12.2 step 13: blobs against their commitments --------------------------------------------
+# -- §12.2 step 14: blobs against their commitments --------------------------------------------
 
 
 def fetched_checkpoints(ctx: Context) -> tuple[set[int], set[int]]:
@@ -462,7 +462,7 @@ def check_blob(ctx: Context, ck: ManifestCheckpoint, prev: Tensors | None) -> Te
 
 
 def check_blobs(ctx: Context) -> None:
-    """§12.2 step 13: fetch and check the checkpoints the integrity mode names."""
+    """§12.2 step 14: fetch and check the checkpoints the integrity mode names."""
     fetch, needed = fetched_checkpoints(ctx)
     ctx.rep.figures.update(
         integrity=ctx.opts.integrity, checkpoints_checked=len(fetch), bytes_read=0
@@ -483,7 +483,7 @@ def check_blobs(ctx: Context) -> None:
         ctx.rep.passed(name)
 
 
-# -- §12.2 step 14: replay, or zk proofs instead of replay -------------------------------------
+# -- §12.2 steps 15-16: rounding logs, replay, or zk proofs instead of replay -------------------
 
 
 def check_replay(ctx: Context) -> None:

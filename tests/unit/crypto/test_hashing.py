@@ -61,3 +61,23 @@ def test_parse_hex_digest() -> None:
     for bad in (d.hex().upper(), d.hex()[:-1], d.hex() + "0", "zz" * 32, None, 7, d):
         with pytest.raises(FormatError):
             parse_hex_digest(bad, what="root")
+
+
+def test_spec_tag_table_is_the_codes_and_the_vectors_tags() -> None:
+    """SPEC §2's table lists exactly Part I's tags: those ``dk.crypto.hashing`` defines and
+    the model-source tag of ``dk.pol.modelsrc`` (§9.3); ``vectors/crypto/hashing.json`` hashes
+    under every one of them (an implementer learns each tag from the table alone)."""
+    import json
+    import re
+    from pathlib import Path
+
+    from dk.pol.modelsrc import TAG_MODEL_SOURCE
+
+    root = Path(__file__).resolve().parents[3]
+    spec = (root / "SPEC.md").read_text(encoding="utf-8")
+    section = spec[spec.index("\n## §2 Hashing") : spec.index("\n## §3 Merkle tree")]
+    table = set(re.findall(r"^\| `(dk/v\d/[a-z/]+)` \|", section, re.M))
+    code = {v for k, v in vars(hashing).items() if k.startswith("TAG_")} | {TAG_MODEL_SOURCE}
+    assert table == code
+    cases = json.loads((root / "vectors/crypto/hashing.json").read_text())["cases"]
+    assert {c["tag"] for c in cases if c["result"] == "valid"} == table
