@@ -17,9 +17,11 @@ of the interval's line, and the torch release by the ``ext`` of checkpoint 0's l
 committed prefix ends before the first interval whose named log is not whole in ``logs/`` (a
 log written, then lost before it reached the disk): that interval is trained again.
 
-A partial run is refused (``FormatError``, exit 3) when its checkpoint 0 is not the job's
-(another job's directory), its steps are not the job's ``0, k, 2k, …``, a blob is missing or
-has another size, or the last checkpoint does not hash to its logged root.
+A partial run is refused (``FormatError``, exit 3) when its checkpoint 0 is not the job's or
+its first line names another ``job_id`` (another job's directory: two jobs that differ only in,
+say, ``pol.backend`` start from the same checkpoint 0), its steps are not the job's
+``0, k, 2k, …``, a blob is missing or has another size, or the last checkpoint does not hash
+to its logged root.
 
 Blobs are read where the run keeps them (:class:`dk.pol.pack.RunBlobs`: ``blobs.pack`` or
 ``blobs/`` files, so a run recorded before packs resumes too). Records the pack holds past the
@@ -138,10 +140,13 @@ def read_partial_run(run_dir: str | Path, job: JobSpec, steps_per_epoch: int) ->
     cks = [CheckpointEntry(**ln[1]["checkpoint"]) for ln in lines]
     ivs = [IntervalEntry(**ln[1]["interval"]) for ln in lines[1:]]
     init = checkpoint_root(initial_checkpoint(job, steps_per_epoch))
-    if not digests_equal(bytes.fromhex(cks[0].root), init):
+    named = lines[0][1].get("job_id")  # absent in a run recorded before dk wrote it
+    if (named is not None and named != job.job_id.hex()) or not digests_equal(
+        bytes.fromhex(cks[0].root), init
+    ):
         raise FormatError(
-            f"{d} holds a partial run of another job (its checkpoint 0 is not this job's); "
-            "train into a new directory"
+            f"{d} holds a partial run of another job (its checkpoint 0 or its job_id is not "
+            "this job's); train into a new directory"
         )
     blobs = RunBlobs(d)
     roots = [bytes.fromhex(ck.root) for ck in cks]

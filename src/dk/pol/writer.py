@@ -305,8 +305,10 @@ class CommitWriter:
         entry = CheckpointEntry(index=index, step=step, root=root.hex(), nbytes=nbytes)
         self.info.checkpoints.append(entry)
         line: dict[str, Any] = {"checkpoint": entry.__dict__}
-        if prev is None and ext is not None:  # checkpoint 0: the run's ext (dk.pol.resume)
-            line["ext"] = ext
+        if prev is None:  # a new run's checkpoint 0: the job and the run's ext (dk.pol.resume)
+            line["job_id"] = self.info.job_id
+            if ext is not None:
+                line["ext"] = ext
         if prev is not None:
             start = self.info.checkpoints[index - 1].step
             iv = IntervalEntry(

@@ -199,6 +199,23 @@ def test_partial_run_of_another_job_is_refused(tmp_path: Path) -> None:
         train_job(tiny_job(steps=20, interval=5, seed=1), run, resume=True)
 
 
+def test_partial_run_of_a_job_with_the_same_checkpoint_0_is_refused(tmp_path: Path) -> None:
+    """Another backend, the same initial weights: checkpoint 0 alone cannot tell the jobs
+    apart; the job_id of checkpoint 0's line does (a resume would mix two backends' steps)."""
+    from dk.pol.checkpoint import checkpoint_root, initial_checkpoint
+
+    job = tiny_job(steps=20, interval=5)
+    other = tiny_job(steps=20, interval=5, pol={"backend": "torch"})
+    spe = 1797 // 16  # steps per epoch of the digits set at batch 16
+    assert other.job_id != job.job_id
+    assert checkpoint_root(initial_checkpoint(other, spe)) == checkpoint_root(
+        initial_checkpoint(job, spe)
+    )
+    run = _killed_run(job, tmp_path, kill_at=12)
+    with pytest.raises(FormatError, match="another job"):
+        train_job(other, run, resume=True)
+
+
 def test_cli_resumes_automatically(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
