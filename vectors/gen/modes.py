@@ -67,14 +67,20 @@ def _scaled_end(src: Path, dst: Path, j: int, factor: float) -> None:
 def _residual_zeroed(src: Path, dst: Path) -> None:
     """Every rank's error-feedback residual in checkpoint 2 zeroed; re-committed, and signed
     again by the worker and by each rank (a forger holding every rank's key)."""
+    _ranks_forged(src, dst, "/residual", 0.0)
+
+
+def _ranks_forged(src: Path, dst: Path, suffix: str, value: float) -> None:
+    """Every float32 tensor of checkpoint 2 whose name ends in ``suffix`` set to ``value``;
+    re-committed, and signed again by the worker and by each rank."""
     from dk.pol.rank_ext import rank_signing_digest
 
     f = Forgery(src, dst)
     t = f.tensors(2)
-    zeroed = [k for k in sorted(t) if k.endswith("/residual")]
-    assert len(zeroed) >= len(RANK_KEYS), zeroed
-    for k in zeroed:
-        t[k] = np.zeros_like(t[k])
+    changed = [k for k in sorted(t) if k.endswith(suffix) and t[k].dtype == np.float32]
+    assert len(changed) >= len(RANK_KEYS), changed
+    for k in changed:
+        t[k] = np.full_like(t[k], np.float32(value))
     f.put(2, t)
     f.commit(WORKER)
     jid, root = bytes.fromhex(f.m["job_id"]), bytes.fromhex(f.m["transcript_root"])
@@ -119,6 +125,9 @@ def bundle_cases(out: Path, tmp: Path) -> list[dict[str, Any]]:
     _scaled_end(tol, out / "tolerant-beyond", 2, 0.05)
     comp = _train(compressed, tmp, out / "compressed-honest")
     _residual_zeroed(comp, out / "compressed-residual-zeroed")
+    # finite, but the replayed gradients overflow: the codec refuses them (SPEC III §5), which
+    # is the worker's REPLAY_MISMATCH (SPEC §12.3), not the verifier's internal error
+    _ranks_forged(comp, out / "compressed-diverging-state", "/residual", 3e38)
 
     # integrity = "challenged": one sample, no top-q; the blobs outside the challenge are
     # neither fetched nor checked, the ones inside are.
@@ -140,6 +149,10 @@ def bundle_cases(out: Path, tmp: Path) -> list[dict[str, Any]]:
         _case("compressed run: both ranks' error-feedback residuals of checkpoint 2 zeroed "
               "(re-committed)",
               "compressed-residual-zeroed", "job-compressed.toml", "invalid",
+              "REPLAY_MISMATCH"),
+        _case("compressed run: both ranks' residuals of checkpoint 2 at 3e38, the replayed "
+              "gradients overflow (re-committed; worker-side, not an internal error)",
+              "compressed-diverging-state", "job-compressed.toml", "invalid",
               "REPLAY_MISMATCH"),
         _case(f"integrity challenged: interval {i} challenged, honest", "honest", "job.toml",
               "valid", samples=1, verify=one),

@@ -1009,6 +1009,14 @@ def checkpoint_cases() -> list[Case]:
         ),
         ("a byte after the last tensor", raw('{"a":{' + entry + "}}", four + b"\x00")),
         ("header is a JSON array", raw("[]", b"")),
+        (
+            "a tensor name of 1025 UTF-8 bytes (SPEC §4.1: at most 1024)",
+            raw('{"' + "n" * 1025 + '":{' + entry + "}}", four),
+        ),
+        (
+            "a tensor of 9 dimensions (SPEC §4.1: at most 8)",
+            raw('{"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,4],"data_offsets":[0,16]}}', four),
+        ),
     ):
         cases.append(
             _invalid(

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dk.crypto.keys import SigningKey
 from dk.pol.backends.ext import log_ext
 from dk.pol.backends.log import RoundingLog, decode_log
@@ -119,6 +121,31 @@ def _other_torch(f: Forgery, key: SigningKey) -> Path:
     return f.commit(key)
 
 
+def _rc_torch(f: Forgery, key: SigningKey) -> Path:
+    """A pre-release is a valid release string (SPEC VI §4), just not the verifier's."""
+    f.m["ext"]["rounding"]["torch"] = "2.13.0rc1"
+    return f.commit(key)
+
+
+def _no_ext_and_traversal(f: Forgery, key: SigningKey) -> Path:
+    """Check 1 (presence, every interval) comes before check 2 (paths): SPEC VI §5."""
+    f.m["intervals"][0]["ext"]["rounding_log"]["blob"] = "logs/../manifest.json"
+    del f.m["intervals"][1]["ext"]
+    return f.commit(key)
+
+
+def _adam_step(f: Forgery, key: SigningKey) -> Path:
+    """Checkpoint 1's Adam step counts set to -1: no honest run holds them (SPEC §10.1); a
+    replay from them divided by zero (the verifier's internal error) before the check."""
+    t = f.tensors(1)
+    steps = [k for k in t if k.startswith("optim/") and k.endswith("/step")]
+    assert steps, sorted(t)
+    for k in steps:
+        t[k] = np.full_like(t[k], np.float32(-1.0))
+    f.put(1, t)
+    return f.commit(key)
+
+
 FORGERIES: dict[str, tuple[Callable[[Forgery, SigningKey], Path], str, str]] = {
     "log-entry-flipped": (_flip, "REPLAY_MISMATCH", "reject"),
     "log-entry-far-from-boundary": (_far, "ROUNDING_LOG_INVALID", "reject"),
@@ -129,6 +156,9 @@ FORGERIES: dict[str, tuple[Callable[[Forgery, SigningKey], Path], str, str]] = {
     "log-path-traversal": (_traversal, "BAD_PATH", "reject"),
     "log-ext-missing": (_no_ext, "TRANSCRIPT_MALFORMED", "reject"),
     "run-claims-other-torch": (_other_torch, "BACKEND_UNAVAILABLE", "inconclusive"),
+    "run-claims-torch-rc": (_rc_torch, "BACKEND_UNAVAILABLE", "inconclusive"),
+    "adam-step-negative": (_adam_step, "STEP_MISMATCH", "reject"),
+    "log-ext-missing-after-bad-path": (_no_ext_and_traversal, "TRANSCRIPT_MALFORMED", "reject"),
 }
 
 
@@ -175,6 +205,11 @@ def generate(root: Path) -> None:
                 {"write": {logs[0]: blob0[:-1].hex()}},
             ),
             (
+                "interval 0's log blob one byte longer than its nbytes",
+                "ROUNDING_LOG_MALFORMED",
+                {"write": {logs[0]: (blob0 + b"\x00").hex()}},
+            ),
+            (
                 "interval 0's log blob replaced by interval 1's, not re-committed",
                 "ROUNDING_LOG_MISMATCH" if len(blob1) == len(blob0) else "ROUNDING_LOG_MALFORMED",
                 {"write": {logs[0]: blob1.hex()}},
@@ -193,13 +228,23 @@ def generate(root: Path) -> None:
         def extra_key(m: dict[str, Any]) -> None:
             m["intervals"][0]["ext"]["rounding_log"]["root"] = "00"
 
-        def bad_release(m: dict[str, Any]) -> None:
-            m["ext"]["rounding"]["torch"] = "latest"
+        def release(v: str) -> Callable[[dict[str, Any]], None]:
+            def change(m: dict[str, Any]) -> None:
+                m["ext"]["rounding"]["torch"] = v
+
+            return change
+
+        def run_extra_key(m: dict[str, Any]) -> None:
+            m["ext"]["rounding"]["cuda"] = "13.0"
 
         for why, change in (
             ("ext.rounding_log.nbytes = 0", zero_nbytes),
             ("ext.rounding_log with a key SPEC VI §4 does not list", extra_key),
-            ("ext.rounding.torch not a release", bad_release),
+            ("ext.rounding.torch not a release", release("latest")),
+            ("ext.rounding.torch a development build (2.13.0.dev1)", release("2.13.0.dev1")),
+            ("ext.rounding.torch a major version alone (2)", release("2")),
+            ("ext.rounding.torch with its +local part (2.13.0+cpu)", release("2.13.0+cpu")),
+            ("ext.rounding with a key besides torch", run_extra_key),
         ):
             recipes.append(
                 (why, "MANIFEST_MALFORMED", {"write": {"manifest.json": manifest_with(change)}})

@@ -78,7 +78,7 @@ class CompressedSGDStep:
             src += g
         msg = codec.compress(src, counter=self.counter, out=self._msg.get(name))
         self._msg[name] = msg
-        self.counter += codec.counters(g.size)
+        self.counter = (self.counter + codec.counters(g.size)) % (1 << 64)  # u64 (SPEC III §5)
         codec.decompress(msg, out)
         if self.momentum:
             sent = cast(np.ndarray, msg.indices)[: msg.k].astype(np.int64)  # a top-k message
@@ -103,8 +103,11 @@ class CompressedSGDStep:
         for name in sorted(grads):
             _check_name(name)
             g = np.ascontiguousarray(grads[name], dtype=np.float32)
-            if not np.isfinite(g).all():
-                raise ValueError(f"non-finite gradient for {name!r}")
+            if not np.isfinite(g).all():  # SPEC III §5: a replay from a state no honest run
+                raise FormatError(  # holds is the worker's (REPLAY_MISMATCH, SPEC §12.3)
+                    f"non-finite gradient for {name!r} (training diverged)",
+                    reason="REPLAY_MISMATCH",
+                )
             self._compress_one(name, g, out[name])
         return out
 

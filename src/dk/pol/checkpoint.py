@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dk.crypto.encoding import tensors_root
+from dk.crypto.encoding import MAX_NAME_BYTES, MAX_NDIM, tensors_root
 from dk.crypto.numeric import model_update_norm
 from dk.errors import FormatError
 from dk.pol.models import initial_state, param_names, state_specs
@@ -509,10 +509,22 @@ def _check_blob_header(header: bytes) -> None:
     for name, entry in value.items():
         if name == "__metadata__":
             continue
+        if not 0 < len(name.encode("utf-8")) <= MAX_NAME_BYTES:
+            raise FormatError(
+                f"checkpoint blob tensor name of {len(name)} characters: SPEC §4.1 allows 1 to "
+                f"{MAX_NAME_BYTES} UTF-8 bytes",
+                reason="BLOB_MALFORMED",
+            )
         if not isinstance(entry, dict) or set(entry) != _ENTRY_KEYS:
             raise FormatError(
                 f"checkpoint blob header entry {name[:64]!r} must hold exactly dtype, shape "
                 "and data_offsets",
+                reason="BLOB_MALFORMED",
+            )
+        if not isinstance(entry["shape"], list) or len(entry["shape"]) > MAX_NDIM:
+            raise FormatError(
+                f"checkpoint blob tensor {name[:64]!r}: shape must be a list of at most "
+                f"{MAX_NDIM} dimensions (SPEC §4.1)",
                 reason="BLOB_MALFORMED",
             )
         dtype = entry["dtype"]
@@ -574,4 +586,13 @@ def check_schema(job: JobSpec, step: int, ck: Mapping[str, np.ndarray]) -> None:
                 f"checkpoint at step {step}: {k} has NaN or infinite values",
                 reason="TENSOR_INVALID",
             )
+    for k in schema:  # SPEC §10.1: Adam's per-parameter step count is an integer in [1, t]
+        if k.startswith("optim/") and k.endswith("/step"):
+            n = float(ck[k])
+            if not (1 <= n <= step and n == int(n)):
+                raise FormatError(
+                    f"checkpoint at step {step}: {k} is {n!r}, not an optimizer step count "
+                    f"in [1, {step}]",
+                    reason="STEP_MISMATCH",
+                )
     _check_codec_state(job, step, ck)

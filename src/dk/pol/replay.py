@@ -234,6 +234,11 @@ def distances(
     }
 
 
+#: FormatError reasons of a replay that stopped on the committed start state (SPEC §12.3): the
+#: worker's (``REPLAY_MISMATCH``), never the verifier's internal error.
+STATE_REASONS = frozenset(("REPLAY_MISMATCH", "BAD_CODEC_STATE"))
+
+
 def replay_matches(
     replayer: Replayer,
     start: Mapping[str, np.ndarray],
@@ -260,6 +265,8 @@ def replay_matches(
         from dk.pol.backends import rounding_reason
 
         code = rounding_reason(e)
+        if code is None and e.reason in STATE_REASONS:  # SPEC §12.3: a start state no honest
+            code = "REPLAY_MISMATCH"  # run holds (codec state, a non-finite gradient)
         if code is None:
             raise
         return False, {"reason": code, "message": str(e)}

@@ -199,7 +199,7 @@ def judge_ranks(
     if job is not None and job.mode == "tolerant":
         assert held is not None
         for i in chal:
-            if not results[i][0]:
+            if i in results and not results[i][0]:  # (absent: its replay failed, recorded)
                 ranks, fig = tolerant_blame(job, dataset, bundle, ivs[i], held[i])
                 blamed.update(ranks)
                 if "rank_grad_distance" in fig:
@@ -209,6 +209,8 @@ def judge_ranks(
         rep.blame = sorted(blamed)
         return
     for i in chal:
+        if i not in results:  # its replay failed: the verifier's own trouble, recorded
+            continue
         ok, fig = results[i]
         replayed = fig.get("rank_steps")
         if replayed is None:

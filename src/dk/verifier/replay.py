@@ -79,8 +79,9 @@ def _replay_parallel(
     workers: int,
     logs: dict[int, bytes] | None = None,
     device: str | None = None,
-) -> tuple[dict[int, tuple[bool, dict[str, Any]]], float, int]:
-    """Replay the challenged intervals over ``workers`` spawned processes."""
+) -> tuple[dict[int, tuple[bool, dict[str, Any]]], float, int, dict[int, BaseException]]:
+    """Replay the challenged intervals over ``workers`` spawned processes; also returns the
+    intervals whose replay raised (recorded as the verifier's own trouble)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor  # lazy: 0.1 s of imports
 
@@ -90,6 +91,7 @@ def _replay_parallel(
 
         replay_device(job, device)  # a device this verifier lacks: raised here, not in a worker
     results: dict[int, tuple[bool, dict[str, Any]]] = {}
+    failed: dict[int, BaseException] = {}
     cpu = 0.0
     pids: set[int] = set()
     n, ctx = min(workers, len(chal)), mp.get_context("spawn")
@@ -101,11 +103,17 @@ def _replay_parallel(
     ) as pool:
         futs = {i: pool.submit(_replay_task, *_task(i, held, cks, ivs, logs)) for i in chal}
         for i, fut in futs.items():
-            ok, fig, t, pid = fut.result()
+            try:
+                ok, fig, t, pid = fut.result()
+            except BackendUnavailable:
+                raise
+            except Exception as e:  # as in the sequential path: the others are still judged
+                failed[i] = e
+                continue
             results[i] = (ok, fig)
             cpu += t
             pids.add(pid)
-    return results, cpu, len(pids)
+    return results, cpu, len(pids), failed
 
 
 def replay_challenged(
@@ -136,6 +144,7 @@ def replay_challenged(
     tolerant = job.mode == "tolerant"
     worker_cpu, procs = 0.0, 1
     results: dict[int, tuple[bool, dict[str, Any]]]
+    failed: dict[int, BaseException] = {}
     if executor is not None:
         tasks = [(i, *_task(i, held, cks, ivs, logs)) for i in chal]
         roots = {j: cks[j].root.hex() for j in held}
@@ -146,12 +155,19 @@ def replay_challenged(
             return {}
         rep.figures["executor"] = executor.name
     elif workers > 1 and len(chal) > 1:
-        results, worker_cpu, procs = _replay_parallel(
+        results, worker_cpu, procs, failed = _replay_parallel(
             job, ds, man, chal, held, workers, logs, device
         )
     elif chal:
         replayer = make_replayer(job, ds, device)
-        results = {i: replay_matches(replayer, *_task(i, held, cks, ivs, logs)) for i in chal}
+        results = {}
+        for i in chal:  # one interval's failure keeps the others' verdicts (reject wins, §14.1)
+            try:
+                results[i] = replay_matches(replayer, *_task(i, held, cks, ivs, logs))
+            except BackendUnavailable:  # the whole replay cannot run here (the caller's code)
+                raise
+            except Exception as e:  # the verifier's own trouble: recorded, the rest judged
+                failed[i] = e
     else:
         results = {}
     rep.figures.update(
@@ -169,6 +185,11 @@ def replay_challenged(
         )
         rep.figures["tolerance"] = job.pol["tolerance"]
     for i in chal:
+        if i in failed:
+            err = failed[i]
+            msg = f"interval {i}: {type(err).__name__}: {err}"
+            rep.fail("replay", Reason.INTERNAL_ERROR, msg, i)
+            continue
         ok, fig = results[i]
         if not ok:
             detail = (

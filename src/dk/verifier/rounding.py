@@ -40,22 +40,23 @@ def check_rounding_claims(ctx: Any) -> None:
             Reason.TRANSCRIPT_MALFORMED,
             f"the run's ext.{RUN_KEY} must be present exactly for pol.backend = 'rounded'",
         )
-    for iv in ctx.man.interval_entries:
-        ext = (iv.ext or {}).get(INTERVAL_KEY)
+    exts = [(iv.index, (iv.ext or {}).get(INTERVAL_KEY)) for iv in ctx.man.interval_entries]
+    for index, ext in exts:  # check 1 over every interval, then check 2 (SPEC VI §5)
         if (ext is not None) != rounded:
             ctx.fail(
                 "rounding",
                 Reason.TRANSCRIPT_MALFORMED,
-                f"interval {iv.index}: ext.{INTERVAL_KEY} must be present exactly for "
+                f"interval {index}: ext.{INTERVAL_KEY} must be present exactly for "
                 "pol.backend = 'rounded'",
-                iv.index,
+                index,
             )
+    for index, ext in exts:
         if ext is not None and ext["blob"] != log_blob_name(bytes.fromhex(ext["digest"])):
             ctx.fail(
                 "paths",
                 Reason.BAD_PATH,
-                f"interval {iv.index} names log {ext['blob']!r}; logs must be logs/<digest>.dkrl",
-                iv.index,
+                f"interval {index} names log {ext['blob']!r}; logs must be logs/<digest>.dkrl",
+                index,
             )
     if not rounded:
         return

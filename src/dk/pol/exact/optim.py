@@ -102,7 +102,9 @@ class Optimizer:
             _check_state(key, state.get(key), want)
         step = float(state[keys[2]])
         if step != int(step) or not 0 <= step < MAX_STEP:
-            raise FormatError(f"exact mode: {keys[2]} must be an integer in [0, 2**24)")
+            raise FormatError(
+                f"exact mode: {keys[2]} must be an integer in [0, 2**24)", reason="REPLAY_MISMATCH"
+            )
         t = int(step) + 1
         b1, b2 = self.beta1, self.beta2
         hyper = np.array(
