@@ -16,9 +16,9 @@ float64 through the dispatch mode, whatever the rounding rule. A second table
 runs the same intervals under bfloat16 autocast (``train.precision = "bf16"``), against plain
 autocast. Plain, rounded and replay times are the least of ``REPEAT`` runs each (a single run
 moves by 15 % on a shared machine); recorded and replayed runs alternate, so the replay ratio
-compares the same stretch of the machine's load. Every figure is measured in this run, on torch's thread
-count ``DK_BENCH_THREADS``
-(default 1: on a shared machine a second thread measures the neighbours more than torch); the
+compares the same stretch of the machine's load. Every figure is measured in this run, on
+torch's thread count ``DK_BENCH_THREADS`` (default 1: on a shared machine a second thread
+measures the neighbours more than torch); the
 first step of each run warms up and is not timed. ``--site`` prints instead where one bounded
 site's time goes (:func:`site_costs`), ``--discrepancy`` the float64 differences alone.
 """

@@ -93,3 +93,67 @@ def test_the_codec_counter_wraps_modulo_2_64() -> None:
     step.step(g)
     assert step.counter == (start + step.codec.counters(8)) % (1 << 64) < start
     step.step(g)  # a counter past 2^64 would not convert to the kernels' u64
+
+
+class _Executor:
+    """An executor whose task for interval 0 raised and whose interval 1 does not replay."""
+
+    name = "fake"
+
+    def replay(self, job: Any, ds: Any, tasks: Any, roots: Any) -> Any:
+        from dk.pol.replay import make_replayer, replay_matches
+        from dk.verifier.executors import ERROR_KEY
+
+        replayer = make_replayer(job, ds)
+        results = {t[0]: replay_matches(replayer, *t[1:]) for t in tasks}
+        results[0] = (False, {ERROR_KEY: "ValueError: the task's own failure"})
+        results[1] = (False, {})
+        return results, 0.0, 1
+
+
+def test_an_executor_task_that_raised_is_that_intervals_internal_error() -> None:
+    """A task that ran and raised (Ray's RayTaskError) is one interval's INTERNAL_ERROR: the
+    other intervals are judged, a mismatch rejects; only a lost machine is EXECUTOR_FAILED."""
+    rep = verify_bundle(VECTORS / "bundle" / "honest", VECTORS / "bundle" / "job.toml",
+                        beacon=BEACON, samples=1000, executor=_Executor())  # fmt: skip
+    assert rep.verdict == "reject"
+    assert sorted((f.code.value, f.interval) for f in rep.reasons) == [
+        ("INTERNAL_ERROR", 0),
+        ("REPLAY_MISMATCH", 1),
+    ]
+
+
+def test_ray_task_errors_are_told_from_lost_workers() -> None:
+    ray = pytest.importorskip("ray")
+    from dk.verifier.executors import task_error
+
+    cause = ValueError("in the replay")
+    err = ray.exceptions.RayTaskError("replay", "Traceback ...", cause)
+    assert task_error(ray, err) is cause
+    assert task_error(ray, ray.exceptions.WorkerCrashedError()) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "reason"),
+    [("optim/lr", -1.0, "HPARAM_MISMATCH"), ("meta/step", -1, "STEP_MISMATCH")],
+)
+def test_the_dispute_replay_checks_the_start_as_verify_does(
+    name: str, value: float, reason: str, tmp_path: Path
+) -> None:
+    """The market's dispute primitive (SPEC V §6) checks a start checkpoint's step and
+    hyperparameters as ``verify_bundle`` does; it accepted a forged start that replays."""
+    from vectors.gen.forge import Forgery
+
+    from dk.crypto.keys import SigningKey
+    from dk.verifier.replay import replay_interval
+
+    f = Forgery(VECTORS / "bundle" / "honest", tmp_path / "b")
+    t = f.tensors(1)
+    t[name] = np.full((), value, dtype=t[name].dtype)
+    f.put(1, t)
+    forged = f.commit(SigningKey(bytes(range(32))))
+    job = VECTORS / "bundle" / "job.toml"
+    got = replay_interval(forged, job, 1)
+    assert got.verdict == "reject" and got.reason is not None and got.reason.value == reason
+    rep = verify_bundle(forged, job, beacon=BEACON, samples=1000)
+    assert rep.codes[0] == reason  # the same finding as the whole verification's

@@ -134,6 +134,8 @@ def _malformed() -> list[tuple[str, Any]]:
         ("an extra field", on({"note": "hi"})),
         ("version 2", on({"version": 2})),
         ("version as a string", on({"version": "1"})),
+        ("version as true (equal to 1 in Python)", on({"version": True})),
+        ("version as 1.0", on({"version": 1.0})),
         ("proof with a 0x prefix", on({"proof": "0x00"})),
         ("proof of odd hex length", on({"proof": "abc"})),
         ("proof of 2 MiB + 1 byte", {**on(), "repeat": {"proof": ["00", 2**21 + 1]}}),

@@ -231,6 +231,21 @@ def zk_bundles(root: Path, out: Path, tmp: Path) -> None:
     p.write_text(json.dumps(records))
 
 
+def _zk_out_of_range(src: Path, dst: Path) -> None:
+    """Checkpoint 1 with one weight of 1e6 (finite, but 1e6 · 2^12 is outside the circuit's
+    quantisation range), re-committed and re-signed: no weight a proven step produced, so its
+    zk/params_digest cannot be its weights' (ZK_INSTANCE_MISMATCH, not an internal error)."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    f = Forgery(src, dst)
+    t = f.tensors(1)
+    name = sorted(k for k in t if k.startswith("model/"))[0]
+    t[name] = t[name].copy()
+    t[name].reshape(-1)[0] = np.float32(1e6)
+    f.put(1, t)
+    f.commit(WORKER)
+
+
 def zk_cases(root: Path) -> list[dict[str, Any]]:
     """Cases of the zk bundles: they need EZKL and the checked-in SRS."""
     srs_sha = hashlib.sha256((root / SRS).read_bytes()).hexdigest()
@@ -241,6 +256,9 @@ def zk_cases(root: Path) -> list[dict[str, Any]]:
               "zk-honest", "job-zk.toml", "valid", **zk),
         _case("zk mode: a byte of a proof of interval 1 flipped", "zk-tampered-proof",
               "job-zk.toml", "invalid", "ZK_PROOF_INVALID", **zk),
+        _case("zk mode: a weight of checkpoint 1 outside the quantisation range (re-committed)",
+              "zk-weights-out-of-range", "job-zk.toml", "invalid", "ZK_INSTANCE_MISMATCH",
+              **zk),
         _case("zk mode: the committed bundle, before it answered the challenge",
               "zk-committed", "job-zk.toml", "invalid", "ZK_PROOF_MISSING", **zk),
     ]  # fmt: skip
@@ -393,6 +411,7 @@ def generate(root: Path) -> None:
             else:
                 zk_bundles(root, out, tmp)
     if (out / "zk-honest").is_dir():
+        _zk_out_of_range(out / "zk-honest", out / "zk-weights-out-of-range")
         cases += zk_cases(root)
     for n, c in enumerate(cases, 1):
         c["tcId"] = n

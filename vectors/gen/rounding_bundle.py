@@ -121,9 +121,10 @@ def _other_torch(f: Forgery, key: SigningKey) -> Path:
     return f.commit(key)
 
 
-def _rc_torch(f: Forgery, key: SigningKey) -> Path:
-    """A pre-release is a valid release string (SPEC VI §4), just not the verifier's."""
-    f.m["ext"]["rounding"]["torch"] = "2.13.0rc1"
+def _nightly_torch(f: Forgery, key: SigningKey) -> Path:
+    """A nightly's development release is a valid release string (SPEC VI §4), just not the
+    verifier's."""
+    f.m["ext"]["rounding"]["torch"] = "2.6.0.dev20241112"
     return f.commit(key)
 
 
@@ -156,7 +157,7 @@ FORGERIES: dict[str, tuple[Callable[[Forgery, SigningKey], Path], str, str]] = {
     "log-path-traversal": (_traversal, "BAD_PATH", "reject"),
     "log-ext-missing": (_no_ext, "TRANSCRIPT_MALFORMED", "reject"),
     "run-claims-other-torch": (_other_torch, "BACKEND_UNAVAILABLE", "inconclusive"),
-    "run-claims-torch-rc": (_rc_torch, "BACKEND_UNAVAILABLE", "inconclusive"),
+    "run-claims-torch-nightly": (_nightly_torch, "BACKEND_UNAVAILABLE", "inconclusive"),
     "adam-step-negative": (_adam_step, "STEP_MISMATCH", "reject"),
     "log-ext-missing-after-bad-path": (_no_ext_and_traversal, "TRANSCRIPT_MALFORMED", "reject"),
 }
@@ -241,7 +242,7 @@ def generate(root: Path) -> None:
             ("ext.rounding_log.nbytes = 0", zero_nbytes),
             ("ext.rounding_log with a key SPEC VI §4 does not list", extra_key),
             ("ext.rounding.torch not a release", release("latest")),
-            ("ext.rounding.torch a development build (2.13.0.dev1)", release("2.13.0.dev1")),
+            ("ext.rounding.torch a development release without its number", release("2.13.0.dev")),
             ("ext.rounding.torch a major version alone (2)", release("2")),
             ("ext.rounding.torch with its +local part (2.13.0+cpu)", release("2.13.0+cpu")),
             ("ext.rounding with a key besides torch", run_extra_key),

@@ -107,7 +107,7 @@ def parse_record(record: Any) -> dict[str, Any]:
     want = {"version", "circuit_id", "srs_sha256", "srs_kind", "claims", "instances", "proof"}
     if not isinstance(record, Mapping) or set(record) != want:
         raise FormatError(f"circuit: a proof record has exactly the fields {sorted(want)}")
-    if record["version"] != 1:
+    if type(record["version"]) is not int or record["version"] != 1:  # not true, not 1.0
         raise FormatError(f"circuit: unsupported proof record version {record['version']!r}")
     for key in ("circuit_id", "srs_sha256"):
         if not isinstance(record[key], str) or not _HEX64.match(record[key]):

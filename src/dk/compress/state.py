@@ -26,6 +26,16 @@ from dk.errors import FormatError
 
 PREFIX = "compress/"
 COUNTER_KEY = "compress/rng_counter"
+
+
+class NonFiniteGradient(FormatError):
+    """A gradient to compress is not finite (SPEC III §5: gradients MUST be finite). The
+    worker's Recorder reports it as its training diverging; a verifier's replay from a
+    committed state meets it only where no honest run committed that state, so it carries
+    the worker-side ``REPLAY_MISMATCH`` (SPEC §12.3)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="REPLAY_MISMATCH")
 MAX_PARAM_NAME = 256
 
 
@@ -103,11 +113,8 @@ class CompressedSGDStep:
         for name in sorted(grads):
             _check_name(name)
             g = np.ascontiguousarray(grads[name], dtype=np.float32)
-            if not np.isfinite(g).all():  # SPEC III §5: a replay from a state no honest run
-                raise FormatError(  # holds is the worker's (REPLAY_MISMATCH, SPEC §12.3)
-                    f"non-finite gradient for {name!r} (training diverged)",
-                    reason="REPLAY_MISMATCH",
-                )
+            if not np.isfinite(g).all():  # SPEC III §5
+                raise NonFiniteGradient(f"non-finite gradient for {name!r}")
             self._compress_one(name, g, out[name])
         return out
 

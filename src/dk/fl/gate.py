@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from dk.crypto.hashing import digests_equal
 from dk.errors import FormatError
 from dk.fl.rounds import Weights, round_job
 from dk.fl.wire import unpack_bundle
-from dk.pol.checkpoint import model_tensors, parse_blob, read_blob_file
+from dk.pol.checkpoint import checkpoint_root, model_tensors, parse_blob, read_blob_file
 from dk.pol.job import JobSpec
 from dk.pol.transcript import parse_manifest
 
@@ -109,7 +110,17 @@ def check_bundle(
         m = parse_manifest((bdir / "manifest.json").read_bytes()).raw
         worker = str(m["worker_key"])
         last = m["checkpoints"][-1]
-        final = model_tensors(parse_blob(read_blob_file(bdir / last["blob"])))
+        try:  # the challenge need not have fetched it: read it here, against its root
+            tensors = parse_blob(read_blob_file(bdir / last["blob"]))
+            if not digests_equal(checkpoint_root(tensors), bytes.fromhex(str(last["root"]))):
+                raise FormatError(
+                    "the last checkpoint does not hash to its committed root",
+                    reason="COMMITMENT_MISMATCH",
+                )
+        except FormatError as e:
+            code = e.reason or "BLOB_MALFORMED"
+            return ClientVerdict(name, False, [code], f"last checkpoint: {e}"), None
+        final = model_tensors(tensors)
         proven = ProvenUpdate(job.job_id, worker, bytes.fromhex(str(last["root"])), final)
         return ClientVerdict(name, True, [], "", worker), proven
     finally:

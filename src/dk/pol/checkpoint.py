@@ -561,6 +561,31 @@ def read_blob_file(path: Path, *, limit: int = MAX_BLOB_BYTES) -> bytes:
 _DTYPES = {n: np.dtype(n) for n in ("float32", "float64", "int64", "uint8")}
 
 
+def check_step_state(
+    job: JobSpec, step: int, ck: Mapping[str, np.ndarray], steps_per_epoch: int | None
+) -> None:
+    """SPEC §10.1 values of a checkpoint that passed :func:`check_schema`: ``meta/step`` is
+    ``step`` and ``sampler/state`` ``[step // spe, step mod spe]`` (``STEP_MISMATCH``; the
+    sampler state only when ``steps_per_epoch`` is given), and every hyperparameter tensor is
+    the job's value bit for bit (``HPARAM_MISMATCH``).
+
+    Raises:
+        FormatError: with that reason.
+    """
+    if int(ck["meta/step"]) != step or (
+        steps_per_epoch is not None
+        and ck["sampler/state"].tolist() != list(divmod(step, steps_per_epoch))
+    ):
+        raise FormatError(
+            f"checkpoint at step {step} holds the state of another step", reason="STEP_MISMATCH"
+        )
+    for k, v in hparam_tensors(job).items():
+        if ck[k].tobytes() != v.tobytes():
+            raise FormatError(
+                f"checkpoint at step {step}: {k} is not the job's value", reason="HPARAM_MISMATCH"
+            )
+
+
 def check_schema(job: JobSpec, step: int, ck: Mapping[str, np.ndarray]) -> None:
     """Raise ``FormatError`` unless ``ck`` has exactly the expected names, dtypes, shapes
     and only finite floats."""

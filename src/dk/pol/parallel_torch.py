@@ -294,8 +294,8 @@ def blame_tolerant(
     ``rtol`` (:func:`gradient_distance`) at the **first** step where any is, with figures;
     an empty list when every message is within ``rtol``.
 
-    Raises:
-        FormatError: a message is not a well-formed gradient message of the job.
+    A message that is not a well-formed gradient message of the job is beyond any bound: its
+    rank is blamed at that step (SPEC §12.6).
     """
     session.restore(start, start_step)
     worst = 0.0
@@ -303,15 +303,21 @@ def blame_tolerant(
         idx = sampler.batch(t)
         x = session._augmented(dataset.X[idx])
         mine = session.rank_gradients(x, dataset.y[idx])
-        committed = [
-            parse_message(messages[r][s], session.shapes, session._size)
-            for r in range(session.world_size)
+        committed: list[Any] = []
+        for r in range(session.world_size):
+            try:
+                committed.append(parse_message(messages[r][s], session.shapes, session._size))
+            except FormatError:  # not a gradient message of the job: beyond any bound
+                committed.append(None)
+        dist = [
+            gradient_distance(c, m) if c is not None else math.inf
+            for c, m in zip(committed, mine, strict=True)
         ]
-        dist = [gradient_distance(c, m) for c, m in zip(committed, mine, strict=True)]
         worst = max(worst, *dist)
         bad = [r for r, d in enumerate(dist) if not d <= rtol]
         if bad:
-            return bad, {"blame_step": t, "rank_grad_distance": dist}
+            shown = [d if math.isfinite(d) else None for d in dist]  # None: beyond any bound
+            return bad, {"blame_step": t, "rank_grad_distance": shown}
         session.apply(committed)
         session.t += 1
     return [], {"max_rank_grad_distance": worst}

@@ -69,6 +69,16 @@ class TrainingDiverged(DkError, FloatingPointError):
     """A step produced NaN or infinite weights; recording stops at that step."""
 
 
+def _diverged(step: int, e: FormatError) -> DkError:
+    """What a step's ``FormatError`` is to the worker: a compressed step's non-finite gradient
+    is its training diverging (SPEC III §5, ``TrainingDiverged``), not malformed input."""
+    from dk.compress.state import NonFiniteGradient
+
+    if isinstance(e, NonFiniteGradient):
+        return TrainingDiverged(f"step {step}: {e}; recording stopped")
+    return e
+
+
 def _lr_close(got: float, want: float) -> bool:
     return abs(got - want) <= LR_RTOL * abs(want) + 1e-15
 
@@ -112,7 +122,10 @@ def _recorded_optimizer_type() -> type:
             if rec.dp is None and rec._model is not None:  # DP-SGD computes its own gradients
                 rec._require_gradients()
             if rec.codec is not None and rec._model is not None:  # compressed job: SPEC Part III
-                rec.codec.compress_grads_(rec._model.named_parameters())
+                try:
+                    rec.codec.compress_grads_(rec._model.named_parameters())
+                except FormatError as e:
+                    raise _diverged(rec.step, e) from None
             if rec.dp is not None and rec._model is not None:  # DP-SGD: SPEC Part VII §4
                 rec.dp_grads_()
             if rec._model is not None:
@@ -281,6 +294,8 @@ class Recorder:
                 self._partial = read_partial_run(
                     self.run_dir, self.job, self.sampler.steps_per_epoch
                 )
+                if self.rounding is not None:  # refused before anything is rewritten
+                    self.rounding.check_partial(self._partial)
 
     @property
     def resumed_from(self) -> int | None:
@@ -715,7 +730,7 @@ class Recorder:
             self._snap(0, 0)
         if self.rounding is not None:
             if self._partial is not None:  # SPEC VI: the committed intervals' logs stay
-                self.rounding.resume(self._partial, self.info.ext)
+                self.rounding.resume(self._partial)
             self.rounding.begin(self._next - 1)
 
     def paused(self) -> Any:
@@ -826,7 +841,10 @@ class Recorder:
         always shows the current weights without a copy. Its own gradients are not used."""
         assert self.engine is not None
         idx = self.sampler.batch(self.step)
-        loss = self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
+        try:
+            loss = self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
+        except FormatError as e:
+            raise _diverged(self.step, e) from None
         if self._loss is not None:
             self._loss.add(loss)
         if self._model is None:

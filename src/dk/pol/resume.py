@@ -61,6 +61,7 @@ class PartialRun:
     lines: list[str]  # the log's valid lines, as written
     pack_end: int = 0  # where blobs.pack is cut back to: past the last record the log names
     run_ext: dict[str, Any] | None = None  # the run's ext as checkpoint 0's line committed it
+    job_named: bool = False  # checkpoint 0's line names the job (a run recorded before: no)
 
     @property
     def step(self) -> int:
@@ -103,7 +104,8 @@ def _valid_lines(data: bytes, job: JobSpec, run_dir: Path) -> list[tuple[str, di
         out.append((line, d))
     if job.pol.get("backend") == "rounded":  # SPEC VI §4: up to the first log not whole
         for j, (_, d) in enumerate(out[1:], start=1):
-            if not _log_is_whole(run_dir, (d["interval"].get("ext") or {}).get(INTERVAL_KEY)):
+            ext = d["interval"].get("ext")
+            if not isinstance(ext, dict) or not _log_is_whole(run_dir, ext.get(INTERVAL_KEY)):
                 return out[:j]
     return out
 
@@ -168,6 +170,7 @@ def read_partial_run(run_dir: str | Path, job: JobSpec, steps_per_epoch: int) ->
         [ln[0] for ln in lines],
         blobs.packed_end(roots),
         run_ext if isinstance(run_ext, dict) else None,
+        named is not None,
     )
 
 

@@ -34,6 +34,21 @@ class ExecutorFailed(DkError):
     """The executor could not run a replay (a worker died past its retries, a lost node)."""
 
 
+#: An executor's result figure for an interval whose replay raised (the task ran and failed,
+#: its machine did not): the report records that interval's ``INTERNAL_ERROR`` and judges the
+#: others (SPEC §12.3), where a lost machine makes the whole report ``EXECUTOR_FAILED``.
+ERROR_KEY = "error"
+
+
+def task_error(ray: Any, e: BaseException) -> BaseException | None:
+    """The exception a Ray task raised itself (``RayTaskError``'s cause), or None when Ray
+    failed around it (a dead worker, a lost node, a timeout)."""
+    if not isinstance(e, ray.exceptions.RayTaskError):
+        return None
+    cause = getattr(e, "cause", None)
+    return cause if isinstance(cause, BaseException) else e
+
+
 def _replay_remote(
     spec: dict[str, Any],
     base_dir: str,
@@ -152,6 +167,10 @@ class RayExecutor:
             try:
                 ok, fig, t, pid = ray.get(fut)
             except Exception as e:  # Ray raises WorkerCrashedError, RayTaskError, ...
+                cause = task_error(ray, e)
+                if cause is not None:  # the replay itself raised: that interval's own trouble
+                    results[i] = (False, {ERROR_KEY: f"{type(cause).__name__}: {cause}"})
+                    continue
                 raise ExecutorFailed(
                     f"replay of interval {i} failed on Ray after {self.retries} retries: "
                     f"{type(e).__name__}"

@@ -18,9 +18,16 @@ import numpy as np
 
 from dk.crypto.hashing import digests_equal
 from dk.errors import BackendUnavailable, FormatError
-from dk.pol.checkpoint import blob_name, check_schema, checkpoint_root, read_blob_file
+from dk.pol.checkpoint import (
+    blob_name,
+    check_schema,
+    check_step_state,
+    checkpoint_root,
+    read_blob_file,
+)
 from dk.pol.data import Dataset, load_dataset
 from dk.pol.job import JobSpec, as_job
+from dk.pol.sampler import job_sampler
 from dk.pol.transcript import MAX_MANIFEST_BYTES, Manifest, ManifestCheckpoint, parse_manifest
 from dk.verifier.files import parse_checkpoint, read_bounded
 from dk.verifier.report import ACCEPT, REJECT, Reason, Report, outcome_of
@@ -79,7 +86,7 @@ def _replay_parallel(
     workers: int,
     logs: dict[int, bytes] | None = None,
     device: str | None = None,
-) -> tuple[dict[int, tuple[bool, dict[str, Any]]], float, int, dict[int, BaseException]]:
+) -> tuple[dict[int, tuple[bool, dict[str, Any]]], float, int, dict[int, str]]:
     """Replay the challenged intervals over ``workers`` spawned processes; also returns the
     intervals whose replay raised (recorded as the verifier's own trouble)."""
     import multiprocessing as mp
@@ -91,7 +98,7 @@ def _replay_parallel(
 
         replay_device(job, device)  # a device this verifier lacks: raised here, not in a worker
     results: dict[int, tuple[bool, dict[str, Any]]] = {}
-    failed: dict[int, BaseException] = {}
+    failed: dict[int, str] = {}
     cpu = 0.0
     pids: set[int] = set()
     n, ctx = min(workers, len(chal)), mp.get_context("spawn")
@@ -108,7 +115,7 @@ def _replay_parallel(
             except BackendUnavailable:
                 raise
             except Exception as e:  # as in the sequential path: the others are still judged
-                failed[i] = e
+                failed[i] = f"{type(e).__name__}: {e}"
                 continue
             results[i] = (ok, fig)
             cpu += t
@@ -137,14 +144,14 @@ def replay_challenged(
     where local replays run (default: the job's device where this machine has it, else the CPU).
     """
     from dk.pol.replay import make_replayer, replay_matches
-    from dk.verifier.executors import ExecutorFailed
+    from dk.verifier.executors import ERROR_KEY, ExecutorFailed
 
     t0 = time.perf_counter()
     cks, ivs = man.checkpoint_entries, man.interval_entries
     tolerant = job.mode == "tolerant"
     worker_cpu, procs = 0.0, 1
     results: dict[int, tuple[bool, dict[str, Any]]]
-    failed: dict[int, BaseException] = {}
+    failed: dict[int, str] = {}
     if executor is not None:
         tasks = [(i, *_task(i, held, cks, ivs, logs)) for i in chal]
         roots = {j: cks[j].root.hex() for j in held}
@@ -153,6 +160,8 @@ def replay_challenged(
         except ExecutorFailed as e:
             rep.fail("replay", Reason.EXECUTOR_FAILED, str(e))
             return {}
+        for i in [i for i, (_, fig) in results.items() if ERROR_KEY in fig]:
+            failed[i] = str(results.pop(i)[1][ERROR_KEY])
         rep.figures["executor"] = executor.name
     elif workers > 1 and len(chal) > 1:
         results, worker_cpu, procs, failed = _replay_parallel(
@@ -167,7 +176,7 @@ def replay_challenged(
             except BackendUnavailable:  # the whole replay cannot run here (the caller's code)
                 raise
             except Exception as e:  # the verifier's own trouble: recorded, the rest judged
-                failed[i] = e
+                failed[i] = f"{type(e).__name__}: {e}"
     else:
         results = {}
     rep.figures.update(
@@ -186,9 +195,7 @@ def replay_challenged(
         rep.figures["tolerance"] = job.pol["tolerance"]
     for i in chal:
         if i in failed:
-            err = failed[i]
-            msg = f"interval {i}: {type(err).__name__}: {err}"
-            rep.fail("replay", Reason.INTERNAL_ERROR, msg, i)
+            rep.fail("replay", Reason.INTERNAL_ERROR, f"interval {i}: {failed[i]}", i)
             continue
         ok, fig = results[i]
         if not ok:
@@ -238,10 +245,18 @@ def _result(code: Reason, message: str) -> ReplayResult:
 
 
 def _load_end(b: Path, spec: JobSpec, ck: ManifestCheckpoint, step: int) -> Tensors:
+    """A checkpoint of the disputed interval, checked as :func:`verify_bundle` checks it
+    (SPEC §12.2 step 14): root, schema, step and hyperparameters (its sampler state once the
+    data, and so the epoch length, is known)."""
     end = parse_checkpoint(read_blob_file(b / ck.blob))
-    if not digests_equal(checkpoint_root(end), ck.root):
+    try:
+        root = checkpoint_root(end)
+    except FormatError as e:
+        raise FormatError(str(e), reason="BLOB_MALFORMED") from None
+    if not digests_equal(root, ck.root):
         raise FormatError("end checkpoint does not hash to its root", reason="COMMITMENT_MISMATCH")
     check_schema(spec, step, end)
+    check_step_state(spec, step, end, None)
     return end
 
 
@@ -318,6 +333,13 @@ def replay_interval(
         return _result(code, f"the verifier's data: {e}")
     if not digests_equal(ds.root(), man.data_root):
         return _result(Reason.DATA_UNAVAILABLE, "the verifier's data has another root")
+    spe = job_sampler(spec, len(ds)).steps_per_epoch
+    for tensors, step in ((start, a), (claimed, z)):
+        try:
+            if tensors is not None:  # SPEC §10.1: the sampler state of its step
+                check_step_state(spec, step, tensors, spe)
+        except FormatError as e:
+            return _result(Reason(e.reason or "STEP_MISMATCH"), str(e))
     try:
         ok, fig = replay_matches(
             make_replayer(spec, ds), start, claimed, cks[index + 1].root, a, z, log

@@ -27,8 +27,8 @@ from dk.errors import BackendUnavailable, FormatError
 from dk.pol.checkpoint import (
     blob_name,
     check_schema,
+    check_step_state,
     checkpoint_root,
-    hparam_tensors,
     initial_checkpoint,
     read_blob_file,
     update_norm,
@@ -433,14 +433,11 @@ def check_blob(ctx: Context, ck: ManifestCheckpoint, prev: Tensors | None) -> Te
         check_schema(ctx.job, step, tensors)
     except FormatError as e:
         ctx.fatal("blobs", e, Reason.SHAPE_MISMATCH)
-    e_, p_ = divmod(step, ctx.sampler.steps_per_epoch)
-    if int(tensors["meta/step"]) != step or tensors["sampler/state"].tolist() != [e_, p_]:
-        ctx.fail("blobs", Reason.STEP_MISMATCH, f"checkpoint {j} holds the state of another step")
-    for k, v in hparam_tensors(ctx.job).items():
-        if tensors[k].tobytes() != v.tobytes():
-            ctx.fail(
-                "hparams", Reason.HPARAM_MISMATCH, f"checkpoint {j}: {k} is not the job's value"
-            )
+    try:
+        check_step_state(ctx.job, step, tensors, ctx.sampler.steps_per_epoch)
+    except FormatError as e:
+        check = "hparams" if e.reason == "HPARAM_MISMATCH" else "blobs"
+        ctx.fatal(check, FormatError(f"checkpoint {j}: {e}", reason=e.reason), Reason.STEP_MISMATCH)
     if prev is not None:
         claimed = ctx.man.interval_entries[j - 1].update_norm
         actual = update_norm(prev, tensors)
@@ -459,7 +456,8 @@ def check_blob(ctx: Context, ck: ManifestCheckpoint, prev: Tensors | None) -> Te
             ctx.fail(
                 "zk",
                 Reason.ZK_INSTANCE_MISMATCH,
-                f"checkpoint {j}: zk/params_digest is not the digest of its weights",
+                f"checkpoint {j}: zk/params_digest is not the digest of its weights (or its "
+                "weights are outside the quantisation range)",
             )
         ctx.zk_digests[j] = digest
     return tensors

@@ -75,10 +75,15 @@ def init_extra(job: JobSpec, circ: Any) -> dict[str, np.ndarray]:
 
 def checkpoint_digest(circ: Any, tensors: Mapping[str, np.ndarray]) -> str | None:
     """The digest of a checkpoint's weights (as ``circ.params_digest`` spells it), or None
-    if its committed ``zk/params_digest`` is not that digest."""
+    if its committed ``zk/params_digest`` is not that digest, or the weights have none: a
+    value outside the quantisation range (SPEC IV §3) is no weight a proven step produced."""
+    from dk.errors import FormatError
     from dk.pol.checkpoint import model_tensors
 
-    digest = circ.params_digest(model_tensors(tensors))
+    try:
+        digest = circ.params_digest(model_tensors(tensors))
+    except FormatError:  # not quantisable at the circuit's scale
+        return None
     committed = bytes(tensors[ZK_DIGEST_KEY])
     return digest if bytes.fromhex(digest.removeprefix("0x")) == committed else None
 

@@ -205,3 +205,39 @@ def test_buffers_after_a_step_are_rank_0s(tmp_path: Path) -> None:
     bundle = prove_run(tmp_path / "run", job, KEYS[0], tmp_path / "bundle")
     rep = verify_bundle(bundle, job, beacon=BEACON, samples=2, integrity="all")
     assert rep.ok and rep.figures["max_l2_distance"] == 0.0, rep.to_dict()["findings"]
+
+
+def test_a_message_that_is_no_gradient_message_blames_its_rank(
+    honest_tol: tuple[Any, Path],
+) -> None:
+    """SPEC §12.6: a message that does not parse is beyond any bound, so its rank is blamed
+    (it made the blame step raise: INTERNAL_ERROR, and inconclusive in a market dispute)."""
+    import json
+
+    from dk.pol.checkpoint import parse_blob, read_blob_file
+    from dk.pol.data import load_dataset
+    from dk.pol.loss import loss_rtol
+    from dk.pol.parallel_torch import ParallelTorchSession, blame_tolerant
+    from dk.pol.sampler import job_sampler
+    from dk.pol.transcript import parse_manifest
+    from dk.verifier.blame import committed_messages, read_rank_messages
+
+    job, bundle = honest_tol
+    man = parse_manifest((bundle / "manifest.json").read_bytes())
+    m = json.loads((bundle / "manifest.json").read_bytes())
+    iv = man.interval_entries[1]
+    a, b = iv.start_step, iv.end_step
+    ds = load_dataset(job)
+    session = ParallelTorchSession(job, output_dim=ds.output_dim)
+    size = session.message_size
+    data = read_rank_messages(bundle, 1, 2 * (b - a) * size)
+    assert data is not None
+    msgs = committed_messages(data, 1, a, b - a, size, iv.ext["rank_digests"])
+    assert msgs is not None
+    msgs[1][0] = b"\xab" * len(msgs[1][0])
+    start = parse_blob(read_blob_file(bundle / m["checkpoints"][1]["blob"]))
+    bad, fig = blame_tolerant(
+        session, ds, job_sampler(job, len(ds)), start, msgs, a, b, loss_rtol(job)
+    )
+    assert bad == [1] and fig["blame_step"] == a
+    assert fig["rank_grad_distance"][0] == 0.0 and fig["rank_grad_distance"][1] is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -63,3 +64,31 @@ def test_codec_spelling_is_canonical_and_powersgd_refused() -> None:
         tiny_job(train={"compression": "powersgd:rank=2"})
     with pytest.raises(FormatError, match="compression"):
         tiny_job(train={"compression": "zip:9"})
+
+
+def test_a_diverging_compressed_step_is_training_diverged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC III §5: the worker stops on a non-finite gradient, and says its training diverged
+    (the error a verifier's replay reports as REPLAY_MISMATCH is no malformed input to it)."""
+    from dk.compress.state import CompressedSGDStep, NonFiniteGradient
+    from dk.pol import train_job
+    from dk.pol.recorder import TrainingDiverged, _diverged
+
+    calls = {"n": 0}
+    real = CompressedSGDStep.step
+
+    def step(self: CompressedSGDStep, grads: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise NonFiniteGradient("non-finite gradient for 'fc0.weight'")
+        return real(self, grads)
+
+    monkeypatch.setattr(CompressedSGDStep, "step", step)
+    job = tiny_job(train={"compression": "topk:0.05"}, pol={"backend": "torch"})
+    with pytest.raises(TrainingDiverged, match="step 2: non-finite gradient"):
+        train_job(job, tmp_path / "run")
+    # the same rule where a step engine compresses (data-parallel ranks on dk's kernels)
+    assert isinstance(_diverged(7, NonFiniteGradient("x")), TrainingDiverged)
+    other = FormatError("codec state", reason="BAD_CODEC_STATE")
+    assert _diverged(7, other) is other

@@ -153,7 +153,7 @@ def _log_of(run: Path, interval: int) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", ["missing", "torn"])
+@pytest.mark.parametrize("damage", ["missing", "torn", "flipped"])
 def test_rounded_run_redoes_the_first_interval_whose_log_is_not_whole(
     tmp_path: Path, damage: str
 ) -> None:
@@ -167,8 +167,12 @@ def test_rounded_run_redoes_the_first_interval_whose_log_is_not_whole(
         path, log = _log_of(run, 1), decode_log(_log_of(run, 0).read_bytes())
         if damage == "missing":
             path.unlink()
-        else:
+        elif damage == "torn":
             path.write_bytes(path.read_bytes()[:-3])
+        else:  # same size, other bytes: only the digest tells
+            data = bytearray(path.read_bytes())
+            data[-1] ^= 1
+            path.write_bytes(bytes(data))
         stray = RoundingLog(log.job_id, 0, log.tau_log2, sites=log.sites + 1).encode()
         (run / log_ext(stray)["blob"]).write_bytes(stray)
 
@@ -189,8 +193,40 @@ def test_rounded_run_of_another_torch_release_is_not_resumed(tmp_path: Path) -> 
     assert '"ext": {"rounding": {"torch": "' in lines[0]
     lines[0] = re.sub(r'"torch": "[^"]*"', '"torch": "2.0.1"', lines[0])
     log.write_text("".join(lines))
+    before = _files(run)
     with pytest.raises(JobMismatch, match=r"recorded under torch 2\.0\.1 and this is torch"):
         train_job(job, run, resume=True)
+    assert _files(run) == before  # refused before anything was rewritten
+
+
+def _files(run: Path) -> dict[str, bytes]:
+    return {p.relative_to(run).as_posix(): p.read_bytes() for p in run.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow
+def test_a_rounded_run_of_an_earlier_dk_is_refused_untouched(tmp_path: Path) -> None:
+    """Commit lines without the logs' names (dk before they held them): refused with one line,
+    the run's files as they were (the prefix cut must not rewrite the log and the pack first)."""
+    import json
+
+    from dk.errors import JobMismatch
+
+    job = tiny_job(steps=16, interval=4, pol={"backend": "rounded"})
+    run = _killed_run(job, tmp_path, kill_at=14)
+    log = run / "run.log.jsonl"
+    old = []
+    for line in log.read_text().splitlines():
+        d = json.loads(line)
+        d.pop("job_id", None)
+        d.pop("ext", None)
+        if "interval" in d:
+            d["interval"]["ext"].pop("rounding_log")
+        old.append(json.dumps(d) + "\n")
+    log.write_text("".join(old))
+    before = _files(run)
+    with pytest.raises(JobMismatch, match="recorded by an earlier dk"):
+        train_job(job, run, resume=True)
+    assert _files(run) == before
 
 
 def test_partial_run_of_another_job_is_refused(tmp_path: Path) -> None:

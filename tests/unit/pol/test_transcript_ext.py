@@ -130,3 +130,43 @@ def test_parsed_ext_digests_give_the_same_root(registered: None) -> None:
     for key in (-1, 1):
         wrong = {**man.ext_digests, key: bytes(32)}
         assert tr.transcript_root(man.raw, wrong) != root
+
+
+@pytest.mark.parametrize(
+    ("version", "ok"),
+    [
+        ("2.13.0", True),
+        ("2.13.0rc1", True),
+        ("2.6.0.dev20241112", True),  # a nightly: an honest worker's release string
+        ("2.5.1.post2", True),
+        ("2", False),
+        ("2.13.0.dev", False),
+        ("2.13.0+cpu", False),
+        ("latest", False),
+    ],
+)
+def test_release_strings_of_spec_vi_4(version: str, ok: bool) -> None:
+    from dk.pol.backends.ext import check_run_ext
+
+    if ok:
+        check_run_ext({"torch": version}, "ext.rounding")
+    else:
+        with pytest.raises(ValueError):
+            check_run_ext({"torch": version}, "ext.rounding")
+
+
+def test_a_torch_that_names_no_release_is_refused_before_recording(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """The verifier would reject the manifest: the worker learns it before training."""
+    import torch
+    from tests.helpers import tiny_job
+
+    from dk.errors import JobMismatch
+    from dk.pol.backends.recording import RoundingRecorder
+
+    job = tiny_job(pol={"backend": "rounded"})
+    RoundingRecorder(job, tmp_path)  # this torch names a release
+    monkeypatch.setattr(torch, "__version__", "2.13.0.devel+cpu")
+    with pytest.raises(JobMismatch, match="no release SPEC VI §4 can name"):
+        RoundingRecorder(job, tmp_path)

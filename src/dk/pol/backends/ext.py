@@ -20,7 +20,9 @@ RUN_KEY = "rounding"
 INTERVAL_KEY = "rounding_log"
 LOG_SUFFIX = ".dkrl"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_RELEASE = re.compile(r"[0-9]+(\.[0-9]+){1,3}([a-z]+[0-9]*)?")
+# SPEC VI §4: a public release: 2.13.0, a pre-release (2.13.0rc1), a post or development
+# release (torch's nightlies: 2.6.0.dev20241112), never a +local part
+_RELEASE = re.compile(r"[0-9]+(\.[0-9]+){1,3}([a-z]+[0-9]*)?(\.post[0-9]+)?(\.dev[0-9]+)?")
 
 
 def log_blob_name(digest: bytes) -> str:

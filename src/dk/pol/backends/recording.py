@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dk.errors import JobMismatch
-from dk.pol.backends.ext import log_ext, torch_release
+from dk.pol.backends.ext import INTERVAL_KEY, RUN_KEY, check_run_ext, log_ext, torch_release
 from dk.pol.backends.rounded import RoundedMode
 
 
@@ -34,6 +34,7 @@ class RoundingRecorder:
         from dk.pol.backends.rounded import clear_dead_modes
 
         clear_dead_modes()  # a previous Recorder on this thread that died mid-interval
+        self.run_ext()  # a torch whose version names no release: refused before training
         self.job, self.run_dir, self.self_check = job, run_dir, self_check
         self.exts: dict[int, dict[str, Any]] = {}
         self._blob0: bytes | None = None  # interval 0's log: the first checkpoint's self-check
@@ -45,27 +46,35 @@ class RoundingRecorder:
         self._interval = 0
         self._ck0: Any = None
 
-    def resume(self, partial: Any, run_ext: dict[str, Any]) -> None:
-        """Continue ``partial`` (a :class:`dk.pol.resume.PartialRun`): the logs its intervals'
-        lines commit stay (:func:`dk.pol.resume.read_partial_run` checked them whole), the
-        interval in progress is recorded afresh.
+    def check_partial(self, partial: Any) -> None:
+        """Refuse to continue ``partial`` (a :class:`dk.pol.resume.PartialRun`) recorded under
+        another torch release (its sites may differ: SPEC VI §4) or by a dk whose commit lines
+        do not name the logs; called before anything of the run is rewritten.
 
         Raises:
-            JobMismatch: the partial run was recorded under another torch release (its sites
-                may differ: SPEC VI §4), or its checkpoint 0 line does not name one.
+            JobMismatch: with one line saying which.
         """
-        was = (partial.run_ext or {}).get("rounding")
-        if was != run_ext["rounding"]:
+        if not partial.job_named:
+            raise JobMismatch(
+                f"{self.run_dir}: the interrupted rounded run was recorded by an earlier dk, "
+                "whose commit lines do not name the rounding logs: train into a new directory"
+            )
+        was, mine = (partial.run_ext or {}).get(RUN_KEY), self.run_ext()
+        if was != mine:
             said = f"torch {was['torch']}" if isinstance(was, dict) and "torch" in was else None
             raise JobMismatch(
                 f"{self.run_dir}: the interrupted run was recorded under "
-                f"{said or 'an unnamed torch release'} and this is torch "
-                f"{run_ext['rounding']['torch']}; one run's intervals must come from one "
-                "release (SPEC VI §4): resume under the same release or train into a new "
-                "directory"
+                f"{said or 'an unnamed torch release'} and this is torch {mine['torch']}; one "
+                "run's intervals must come from one release (SPEC VI §4): resume under the "
+                "same release or train into a new directory"
             )
+
+    def resume(self, partial: Any) -> None:
+        """Continue ``partial`` (checked by :meth:`check_partial`): the logs its intervals'
+        lines commit stay (:func:`dk.pol.resume.read_partial_run` checked them whole), the
+        interval in progress is recorded afresh."""
         for iv in partial.intervals:
-            ext = iv.ext["rounding_log"]
+            ext = iv.ext[INTERVAL_KEY]
             self.exts[iv.index] = ext
             self.written.append(self.run_dir / ext["blob"])
         if not partial.intervals:  # interval 0 is redone: its self-check replays from ck 0
@@ -73,10 +82,23 @@ class RoundingRecorder:
 
     @staticmethod
     def run_ext() -> dict[str, Any]:
-        """The run's ``ext.rounding`` (SPEC VI §4): the torch release that made the sites."""
+        """The run's ``ext.rounding`` (SPEC VI §4): the torch release that made the sites.
+
+        Raises:
+            JobMismatch: this torch's version names no release SPEC VI §4 accepts (a verifier
+                would reject the manifest).
+        """
         import torch
 
-        return {"torch": torch_release(torch.__version__)}
+        ext = {"torch": torch_release(torch.__version__)}
+        try:
+            check_run_ext(ext, "ext.rounding")
+        except ValueError as e:
+            raise JobMismatch(
+                f"rounded backend: torch {torch.__version__!r} is no release SPEC VI §4 can "
+                f"name ({e}); record with a released torch"
+            ) from None
+        return ext
 
     def begin(self, interval: int) -> None:
         """Start recording interval ``interval`` (the mode becomes active)."""
