@@ -36,6 +36,8 @@ class NonFiniteGradient(FormatError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, reason="REPLAY_MISMATCH")
+
+
 MAX_PARAM_NAME = 256
 
 
