@@ -195,6 +195,8 @@ _CODES: tuple[tuple[str, str, str, str], ...] = (
     ("NOTHING_TO_WHISTLE", _F, "a re-check found no failing challenged interval", "V §7"),
     ("TOLERANCE_MISMATCH", _F, "audit: an order's tolerance is not the median of its profiles", "V §8"),
     ("FEE_MISMATCH", _F, "audit: a release does not pay price and fee as locked", "V §8"),
+    ("PAYEE_MISMATCH", _F, "audit: an outcome pays escrow or stake to another party", "V §8"),
+    ("CLOCK_MISMATCH", _F, "audit: a settlement dated before its deadline or window", "V §8"),
     ("WHISTLE_PAYOUT", _F, "audit: a whistle's payout or forfeit breaks the rule", "V §8"),
     ("TREASURY_MOVED", _F, "audit: the treasury moved outside its in/out rules", "V §8"),
     # -- the market: cluster orders (Part V §14) ----------------------------------------------

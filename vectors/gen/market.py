@@ -597,6 +597,23 @@ def _roles_cases(add: Any) -> None:
         forged("settle", attester_overpaid, lambda b: b["data"].get("outcome") == "released"),
         "FEE_MISMATCH",
     )
+    released = lambda b: b["data"].get("outcome") == "released"  # noqa: E731
+    add(
+        "a release dated before its challenge window ends (re-hashed chain)",
+        forged("settle", lambda b: b.__setitem__("at", 0), released),
+        "CLOCK_MISMATCH",
+    )
+
+    def stake_elsewhere(b: dict[str, Any]) -> None:
+        for mv in b["moves"]:
+            if mv[0].startswith("stake:"):
+                mv[1] = "acct:" + "ee" * 32
+
+    add(
+        "a release that pays the worker's stake to another account",
+        forged("settle", stake_elsewhere, released),
+        "PAYEE_MISMATCH",
+    )
     add(
         "a transfer that takes money out of the treasury",
         forged(

@@ -79,6 +79,32 @@ _LAZY_COMMANDS = {
 }
 
 
+class FiniteRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses NaN and infinities (NaN passes every range
+    comparison, so ``--skipped nan`` reached the library; a usage error, exit 2)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        out = super().convert(value, param, ctx)
+        if not math.isfinite(out):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return out
+
+
+def worker_hex(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A worker's public key option: 64 hex characters, lowercased (a usage error, exit 2,
+    where a malformed key used to reach the verifier and reject a valid bundle)."""
+    if value is None:
+        return None
+    v = value.lower()
+    if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
+        raise click.BadParameter("must be a public key: 64 hex characters")
+    return v
+
+
 class LazyGroup(click.Group):
     """A group whose sub-commands are imported only when used (keeps ``dk --help`` fast)."""
 

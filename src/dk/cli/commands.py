@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from dk.cli.app import App
+from dk.cli.app import App, FiniteRange, worker_hex
 from dk.cli.exit_codes import ExitCode
 
 _HEX32 = "64 hex characters"
@@ -130,7 +130,12 @@ def job() -> None:
 @click.option(
     "--tolerance", type=float, default=None, help="Tolerant mode threshold (see `dk calibrate`)."
 )
-@click.option("--worker", default=None, help="Only accept bundles signed by this public key (hex).")
+@click.option(
+    "--worker",
+    default=None,
+    callback=worker_hex,
+    help="Only accept bundles signed by this public key (hex).",
+)
 @click.option(
     "--srs",
     default="local",
@@ -469,14 +474,14 @@ def challenge_options(f: Any) -> Any:
             ),
             click.option(
                 "--detect",
-                type=click.FloatRange(0, 1),
+                type=FiniteRange(0, 1),
                 default=0.99,
                 show_default=True,
                 help="Target detection probability.",
             ),
             click.option(
                 "--skipped",
-                type=click.FloatRange(0, 1),
+                type=FiniteRange(0, 1, min_open=True),
                 default=0.1,
                 show_default=True,
                 help="Skipped fraction to detect.",
@@ -539,7 +544,9 @@ def _executor(ray_address: str | None) -> Any:
     metavar="ADDRESS",
     help="Replay on a Ray cluster (ray://host:port, auto) or 'local' (starts Ray here).",
 )
-@click.option("--worker", default=None, help="Require this worker public key (hex).")
+@click.option(
+    "--worker", default=None, callback=worker_hex, help="Require this worker public key (hex)."
+)
 @click.option(
     "--integrity",
     type=click.Choice(["challenged", "all"]),
@@ -631,8 +638,8 @@ def _plot_after_verify(app: App, bundle: str, plot_file: str, report: dict[str, 
 
     try:
         write_plot(bundle, plot_file, report=report)
-    except FormatError as e:
-        app.info(f"no plot: {e}")
+    except (FormatError, OSError) as e:  # the verdict stands: a plot that cannot be written
+        app.info(f"no plot: {e}")  # (no such directory, no permission) only loses the plot
         return
     app.info(f"plot: {plot_file}")
 
@@ -747,9 +754,13 @@ def calibrate(
         counts = tuple(int(t) for t in threads.split(","))
     except ValueError:
         raise click.BadParameter("comma-separated integers", param_hint="--threads") from None
-    if min(counts) < 1:
-        raise click.BadParameter("thread counts must be positive", param_hint="--threads")
+    if min(counts) < 1 or max(counts) > 1024:
+        raise click.BadParameter("thread counts must be in [1, 1024]", param_hint="--threads")
+    import re
+
     devs = tuple(d.strip() for d in devices.split(",") if d.strip())
+    if not devs or not all(re.fullmatch(r"cpu|cuda(:[0-9]+)?", d) for d in devs):
+        raise click.BadParameter("comma-separated cpu, cuda or cuda:N", param_hint="--devices")
     cal = run(
         load_job(job_file),
         intervals=intervals,

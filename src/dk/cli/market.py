@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import click
 
-from dk.cli.app import App
+from dk.cli.app import App, FiniteRange, worker_hex
 from dk.cli.exit_codes import ExitCode
 
 _URL: contextvars.ContextVar[str | None] = contextvars.ContextVar("dk_market_url", default=None)
@@ -306,7 +306,7 @@ def transfer(db: str, now: int | None, keyfile: str, to: str, amount: int) -> di
 )
 @click.option(
     "--gflop-price",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteRange(min=0, min_open=True),
     default=None,
     help="Estimate the work (SPEC V §11) and lock the verification fee it implies.",
 )
@@ -544,7 +544,9 @@ class _Explained(dict):  # type: ignore[type-arg]
     default=None,
     help="The account's Ed25519 secret key file (or give --account).",
 )
-@click.option("--account", default=None, help="Public key (64 hex) instead of --key.")
+@click.option(
+    "--account", default=None, callback=worker_hex, help="Public key (64 hex) instead of --key."
+)
 @_common
 def balance(db: str, now: int | None, keyfile: str | None, account: str | None) -> dict[str, Any]:
     """Show the free balance of --account (or of the --key's account)."""
@@ -577,10 +579,21 @@ def cancel(db: str, now: int | None, keyfile: str, id_: str) -> dict[str, Any]:
 @click.argument("bundle", type=click.Path(exists=True, file_okay=False))
 @_common
 def submit(db: str, now: int | None, keyfile: str, order_id: str, bundle: str) -> dict[str, Any]:
-    """Submit BUNDLE's commitment for ORDER_ID."""
+    """Submit BUNDLE's commitment for ORDER_ID (to a market server: BUNDLE is uploaded first,
+    as the server holds every bundle it is committed to, SPEC V §5.1)."""
     from dk.market import bundle_commitment
 
-    return _signed(db, keyfile, "submit", now, order_id=order_id, **bundle_commitment(bundle))
+    with _open(db, now) as m:
+        client = _client(m, keyfile)
+        params = {"order_id": order_id, **bundle_commitment(bundle)}
+        if hasattr(m, "upload_bundle"):  # a market server checks the bundle it then holds
+            m.upload_bundle(bundle)
+        else:  # the same check on a local ledger: another job's or key's bundle is refused
+            m.check_delivery(
+                order_id, client.account, params["manifest_digest"], params["transcript_root"],
+                bundle,
+            )  # fmt: skip
+        return m.execute(client.request("submit", **params))
 
 
 @market.command("verify", short_help="Run the market's verification of a result")
@@ -750,14 +763,18 @@ def profile(
 ) -> dict[str, Any]:
     """Post the honest replay distance and the tolerance you measured for ORDER_ID's job
     (locks the market's profile deposit; SPEC V §12)."""
-    import json as _json
 
     from dk.market.validator import measure_profile, order_profile_request
 
     if (calibration is None) == (job_path is None):
         raise click.UsageError("give exactly one of --calibration and --job")
     if calibration is not None:
-        cal = _json.loads(open(calibration, encoding="utf-8").read(1 << 20))
+        from dk.crypto.canonical_json import parse_json
+
+        with open(calibration, "rb") as f:
+            cal = parse_json(f.read(1 << 20), limit=(1 << 20) - 1, what=calibration)
+        if not isinstance(cal, dict):
+            raise click.BadParameter("not a JSON object", param_hint="--calibration")
     else:
         cal = measure_profile(_job(cast(str, job_path)), intervals=intervals)
     with _open(db, now) as m:

@@ -73,12 +73,17 @@ def check_kernels(
     Returns:
         One :class:`KernelCheck` per (kernel, backend).
     """
-    if cuda is None:
-        from numba import config
-        from numba import cuda as nb_cuda
+    from numba import config
+    from numba import cuda as nb_cuda
 
-        # numba.config's attributes are set from the environment; its stubs omit them.
-        cuda = bool(nb_cuda.is_available() and not config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
+    # numba.config's attributes are set from the environment; its stubs omit them.
+    sim = bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
+    if cuda is None:
+        cuda = bool(nb_cuda.is_available() and not sim)
+    elif cuda and not sim and not nb_cuda.is_available():
+        from dk.errors import BackendUnavailable
+
+        raise BackendUnavailable("--cuda: this machine has no CUDA device Numba can use")
     results = []
     for name, (args, outs) in _cases(n, block).items():
         ref_outs = [o.copy() for o in outs]

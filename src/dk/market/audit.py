@@ -85,6 +85,7 @@ class _Auditor:
         self.profiles: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.whistles: dict[str, str] = {}  # whistle id -> order id
         self.moves: list[Any] = []
+        self.at = 0  # the current event's time (the market's clock)
         self.cluster = ClusterAudit()  # SPEC V §14.6
 
     def bad(self, seq: int, msg: str) -> None:
@@ -151,6 +152,7 @@ class _Auditor:
         if kind == "order":
             self.k[oid] = int(data["policy"]["k"])
             self.orders[oid] = {
+                "deadline": int(self.envelope["body"]["params"]["deadline"]),
                 "consumer": signer,
                 "n": int(data["policy"]["n"]),
                 "profiles": int(data["policy"].get("profiles") or 0),
@@ -172,6 +174,7 @@ class _Auditor:
         elif kind == "submit":
             o = self.orders[oid]
             o["commitment"] = (data["transcript_root"], data["manifest_digest"])
+            o["submitted"] = True
         elif kind == "beacon_share" and signer is not None:
             self.check_share(seq, oid, signer)
         elif kind == "redraw":
@@ -268,6 +271,9 @@ class _Auditor:
         if any(s not in self.validators for s in signers):
             self.bad(seq, f"{oid} attested by an unregistered validator")
             return
+        if any(self.vstate.get(s) != "active" for s in signers):  # SPEC V §5.2-§5.3
+            self.bad(seq, f"NOT_VALIDATOR: {oid} accepted with a validator no longer active")
+            return
         if any(s not in self.orders.get(oid, {}).get("set", []) for s in signers):
             self.bad(seq, f"NOT_DRAWN: {oid} accepted with a validator that was not drawn")
             return
@@ -323,10 +329,12 @@ def _match(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, 
 def _verify(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
     if data.get("verdict") == "accept":
         a.orders[oid]["challenged"] = [int(i) for i in data.get("challenged", [])]
+    _verify_payees(a, seq, oid, data)
 
 
 def _accept(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
     a.orders[oid]["signers"] = list(data["signers"])
+    a.orders[oid]["window_end"] = int(data["window_end"])
 
 
 def _whistle(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
@@ -358,10 +366,38 @@ def _resolve_whistle(
             a.bad(seq, f"WHISTLE_PAYOUT: the deposit of the false whistle {wid} was not forfeited")
 
 
+def _payees(a: _Auditor, seq: int, oid: str, escrow_to: str, stake_to: str | None) -> None:
+    """SPEC V §6: who an order's escrow and stake go to (``stake_to`` None: it holds none)."""
+    for src, dst, _ in a.moves:
+        if src == f"escrow:{oid}" and dst != f"acct:{escrow_to}":
+            a.bad(seq, f"PAYEE_MISMATCH: the escrow of {oid} paid to {dst[:21]}")
+        if src == f"stake:{oid}" and (stake_to is None or dst != f"acct:{stake_to}"):
+            a.bad(seq, f"PAYEE_MISMATCH: the stake of {oid} paid to {dst[:21]}")
+
+
+def _verify_payees(a: _Auditor, seq: int, oid: str, data: dict[str, Any]) -> None:
+    """A rejected one-worker order refunds the consumer and slashes the stake to it."""
+    if data.get("outcome") == "rejected" and oid not in a.cluster.orders:
+        o = a.orders[oid]
+        _payees(a, seq, oid, o["consumer"], o["consumer"])
+
+
 def _settle(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
-    if data.get("outcome") != "released":
-        return
     o = a.orders[oid]
+    outcome = data.get("outcome")
+    if outcome != "released":  # SPEC V §6: on the market's clock, to the table's payees
+        if a.at < o["deadline"]:
+            a.bad(seq, f"CLOCK_MISMATCH: {oid} {outcome} at {a.at}, before its deadline")
+        if oid not in a.cluster.orders:  # a cluster's ranks: the cluster audit (§14.6)
+            worker = o.get("worker") if o.get("submitted") else o["consumer"]
+            _payees(a, seq, oid, o["consumer"], worker if outcome == "timed_out" else None)
+        return
+    if a.at < o.get("window_end", 0):
+        a.bad(seq, f"CLOCK_MISMATCH: {oid} released at {a.at}, before its window ended")
+    if oid not in a.cluster.orders:  # the stake back to the worker (SPEC V §6)
+        for src, dst, _ in a.moves:
+            if src == f"stake:{oid}" and dst != f"acct:{o.get('worker')}":
+                a.bad(seq, f"PAYEE_MISMATCH: the stake of {oid} paid to {dst[:21]}")
     fee, estimated = o["fee"]
     signers = o.get("signers", [])
     due = fee_due(fee, estimated, len(o.get("challenged", [])))
@@ -452,6 +488,7 @@ def audit_events(
         a.envelope = body["request"]
         a.money(seq, kind, signer, body["moves"])
         a.moves = body["moves"] if isinstance(body["moves"], list) else []
+        a.at = body["at"] if isinstance(body["at"], int) else 0
         try:
             a.book.add(seq, kind, a.moves)
         except (TypeError, ValueError):

@@ -59,6 +59,14 @@ def first_disagreement(ours: list[str], theirs: list[str]) -> int | None:
     return lo
 
 
+def order_workers(con: Any, order: Any) -> set[str]:
+    """The accounts that worked on ``order``: its worker and, for a cluster order, every
+    rank's (each is a worker on the order, SPEC V §14.2)."""
+    from dk.market import cluster_flow
+
+    return {order["worker"], *(r["worker"] for r in cluster_flow.ranks(con, order["order_id"]))}
+
+
 def open_challenge(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
     """Challenge an accepted order inside its window, locking the bond.
 
@@ -94,8 +102,14 @@ def open_challenge(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
         raise MarketRefused("WINDOW_CLOSED", f"window of {order_id} is closed at {now}")
     if amount < ctx.config.min_bond:
         raise MarketRefused("BOND_TOO_SMALL", f"bond must be at least {ctx.config.min_bond}")
-    if req.account == order["worker"]:
+    if req.account in order_workers(tx.con, order):  # every rank of a cluster (SPEC V §14.2)
         raise MarketRefused("SELF_CHALLENGE", "a worker cannot challenge its own result")
+    m = json.loads(order["policy"]).get("intervals")  # recorded by the verification (§10)
+    if interval is not None and isinstance(m, int) and interval >= m:
+        raise FormatError(  # a bond posted on no interval would be forfeited for nothing
+            f"market request: {order_id} has {m} intervals, not an interval {interval}",
+            reason="BAD_PARAMS",
+        )
     cid = f"c{tx.seq}"
     tx.exec(
         "INSERT INTO challenges(challenge_id, order_id, challenger, bond, interval, counter,"

@@ -147,6 +147,16 @@ def check_bundle(con: Any, order: Any, manifest: dict[str, Any], job: Any) -> No
         )
     if size == 1:
         return
+    check_ranks(con, order, manifest)
+
+
+def check_ranks(con: Any, order: Any, manifest: dict[str, Any]) -> None:
+    """A cluster bundle lists the order's rank workers in rank order, each of whom signed the
+    transcript root (SPEC V §14.4).
+
+    Raises:
+        MarketRefused: ``BUNDLE_MISMATCH``.
+    """
     try:
         keys, _ = cluster.manifest_ranks(manifest)
         bad = cluster.bad_rank_signatures(manifest)

@@ -344,7 +344,10 @@ def _flow(
         )
     rank0 = who[matched["worker"]]
     dk("market", "submit", *u, "--key", key[rank0], oid, bundle, "--json")
-    say(f"market: {rank0} submits its bundle's commitment (manifest digest, root); uploads nothing")
+    say(
+        f"market: {rank0} uploads its bundle and submits its commitment (manifest digest, "
+        "root): the market holds the bundle before any beacon exists"
+    )
     shares = dk.all(
         *(["market", "share", *u, "--key", key[v], "--bls-key", bls[v], oid, "--json"]
           for v in drawn)
@@ -356,7 +359,7 @@ def _flow(
     t0 = time.perf_counter()
     out = dk("market", "verify", *u, oid, bundle, "--job", job_path, "--json")
     say(
-        f"market: dk market verify uploads job and bundle; the server verifies its own copy: "
+        f"market: dk market verify uploads the job; the server verifies its own copy: "
         f"{out['verdict']} ({time.perf_counter() - t0:.1f} s)"
     )
     if out["verdict"] != "accept":

@@ -21,6 +21,7 @@ from typing import Any
 
 from dk.crypto.canonical_json import canonical_json, parse_json
 from dk.crypto.hashing import tagged_hash
+from dk.errors import FormatError
 from dk.market.errors import MarketRefused
 
 TAG_EVENT = "dk/v1/market/event"
@@ -184,11 +185,14 @@ def connect(path: str | Path, *, durable: bool = False) -> sqlite3.Connection:
         pg = PgConnection(str(path))
         pg.executescript(_SCHEMA)
         return pg  # type: ignore[return-value]
-    con = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
-    con.execute("PRAGMA foreign_keys=ON")
-    con.executescript(_SCHEMA)
+    try:
+        con = sqlite3.connect(str(path), timeout=60.0, isolation_level=None)
+        con.execute("PRAGMA journal_mode=WAL")
+        con.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+        con.execute("PRAGMA foreign_keys=ON")
+        con.executescript(_SCHEMA)
+    except sqlite3.DatabaseError as e:  # not a database, or a directory that does not exist
+        raise FormatError(f"{path}: not a market ledger dk can open ({e})") from None
     return con
 
 
@@ -386,13 +390,13 @@ class Ledger:
             self.con.execute("ROLLBACK")
             raise
 
-    def events(self) -> Iterator[tuple[int, bytes, bytes, dict[str, Any]]]:
-        """Every event in order as ``(seq, prev_hash, hash, body)``."""
+    def events(self) -> Iterator[tuple[int, bytes, bytes, Any]]:
+        """Every event in order as ``(seq, prev_hash, hash, body)``; a body that is not JSON
+        is ``None`` (the audit's ``MALFORMED_EVENT``, :func:`chain_problem`)."""
         cur = self.con.execute("SELECT seq, prev_hash, hash, body FROM events ORDER BY seq")
         for seq, prev, digest, body in cur:
-            yield (
-                int(seq),
-                bytes(prev),
-                bytes(digest),
-                parse_json(bytes(body), limit=MAX_EVENT_BODY, what=f"event {seq}"),
-            )
+            try:
+                parsed = parse_json(bytes(body), limit=MAX_EVENT_BODY, what=f"event {seq}")
+            except FormatError:
+                parsed = None
+            yield int(seq), bytes(prev), bytes(digest), parsed

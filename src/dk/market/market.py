@@ -244,6 +244,30 @@ class Market:
         cluster_flow.check_bundle(self.ledger.con, order, manifest, job)  # SPEC V §14.4
         return manifest
 
+    def check_delivery(
+        self, order_id: str, worker: str, digest: str, root: str, bundle_dir: str | Path
+    ) -> None:
+        """Before ``worker`` commits ``(root, digest)`` for ``order_id``: ``bundle_dir`` is
+        that bundle, for the order's job, signed by the worker (and, for a cluster order, by
+        the order's ranks: SPEC V §14.4). A market service calls it with the bundle it holds.
+
+        An order that is not ``matched`` to ``worker`` is left to the ``submit`` action's own
+        refusal (``UNKNOWN_ORDER``, ``NOT_OWNER``, ``BAD_STATE``).
+
+        Raises:
+            MarketRefused: ``BUNDLE_MISMATCH``.
+        """
+        row = self.ledger.con.execute(
+            "SELECT * FROM orders WHERE order_id = ?", (order_id,)
+        ).fetchone()
+        if row is None or row["state"] != "matched" or row["worker"] != worker:
+            return
+        pending = dict(row)
+        pending["commitment"] = json.dumps({"transcript_root": root, "manifest_digest": digest})
+        manifest = results.check_bundle(pending, bundle_dir)
+        if cluster_flow.world_size(self.ledger.con, order_id) > 1:
+            cluster_flow.check_ranks(self.ledger.con, pending, manifest)
+
     def verify_result(
         self, order_id: str, bundle_dir: str | Path, job: Any, *, workers: int = 1
     ) -> dict[str, Any]:
@@ -405,7 +429,8 @@ class Market:
             (r[0], bytes.fromhex(r[1]), bytes.fromhex(r[2]))
             for r in self.ledger.con.execute(
                 "SELECT a.validator, v.bls_pk, a.signature FROM attestations a JOIN validators v"
-                " ON a.validator = v.account WHERE a.order_id = ? ORDER BY a.seq",
+                " ON a.validator = v.account WHERE a.order_id = ? AND v.state = 'active'"
+                " ORDER BY a.seq",  # SPEC V §5.2-§5.3: a validator slashed since counts no more
                 (order_id,),
             )
             if r[0] in drawn

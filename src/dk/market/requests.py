@@ -156,8 +156,8 @@ def parse_request(data: bytes | dict[str, Any], *, market_id: bytes) -> SignedRe
         raise bad("params must be an object")
     if body["market"] != market_id.hex():
         raise bad("request names another market", "WRONG_MARKET")
-    if body["action"] not in ACTIONS:
-        raise bad(f"unknown action {body['action']!r}", "UNKNOWN_ACTION")
+    if not isinstance(body["action"], str) or body["action"] not in ACTIONS:
+        raise bad(f"unknown action {str(body['action'])[:64]!r}", "UNKNOWN_ACTION")
     account = _account_key(body["account"]) if isinstance(body["account"], str) else None
     if account is None:
         raise bad("account must be 64 lowercase hex characters (an Ed25519 key)")
@@ -169,7 +169,10 @@ def parse_request(data: bytes | dict[str, Any], *, market_id: bytes) -> SignedRe
         raise bad("signature is not hex", "BAD_SIGNATURE") from None
     if len(sig) != 64:  # fromhex skips ASCII whitespace
         raise bad("signature must be 128 hex characters", "BAD_SIGNATURE")
-    body_bytes = canonical_json(body)
+    try:
+        body_bytes = canonical_json(body)
+    except FormatError as e:  # a number beyond the integer range or not finite (SPEC §1.3)
+        raise bad(str(e)) from None
     if len(body_bytes) > MAX_REQUEST:
         raise bad(f"body is over {MAX_REQUEST} bytes")
     digest = tagged_hash(TAG_REQUEST, body_bytes)

@@ -203,7 +203,22 @@ class MarketService:
         req = parse_request(raw, market_id=self.market_id)
         if not self._buckets.take(req.account):
             raise HttpError(429, "RATE_LIMITED", f"account {req.account[:16]}… is over its rate")
+        self._delivered(req)
         return self.market.apply(req)  # authenticated once, above
+
+    def _delivered(self, req: Any) -> None:
+        """SPEC V §5.1, §9: a worker commits to a bundle the service already holds, so it
+        cannot withhold it once the beacon shows it would be caught (the timed-out order's
+        stake goes back to the worker only because the market had the bundle). The held
+        bundle must be the order's (job, worker, commitment; a cluster's ranks, §14.4)."""
+        if req.action != "submit":
+            return
+        p = req.params
+        digest, root = p.get("manifest_digest"), p.get("transcript_root")
+        if not (isinstance(digest, str) and isinstance(root, str) and _is_hex64(digest)):
+            return  # the action's own parameter check refuses it (BAD_PARAMS)
+        bdir = self.bundle_dir(digest)  # 409 BUNDLE_UNKNOWN: upload the bundle first
+        self.market.check_delivery(str(p.get("order_id", "")), req.account, digest, root, bdir)
 
     def execute_batch(self, raw: bytes) -> dict[str, Any]:
         """Apply a JSON array of signed requests, each on its own (writer thread).
@@ -231,6 +246,7 @@ class MarketService:
                     raise HttpError(
                         429, "RATE_LIMITED", f"account {req.account[:16]}… is over its rate"
                     )
+                self._delivered(req)
                 results.append({"ok": self.market.apply(req)})
             except HttpError as e:
                 results.append({"error": {"reason": e.reason, "message": e.message}})
@@ -460,7 +476,7 @@ def create_app(service: MarketService) -> Any:
     @endpoint
     async def explain(request: Request) -> Any:
         raw = request.query_params.get("intervals")
-        if raw is not None and not (raw.isdigit() and 0 < int(raw) <= 10**9):
+        if raw is not None and not (raw.isascii() and raw.isdigit() and 0 < int(raw) <= 10**9):
             raise HttpError(400, "BAD_PARAMS", "intervals must be a positive integer")
         oid = request.path_params["order_id"]
         m = None if raw is None else int(raw)
@@ -518,8 +534,10 @@ def create_app(service: MarketService) -> Any:
             wait = min(float(request.query_params.get("wait", "0")), MAX_WAIT_S)
         except ValueError:
             raise HttpError(400, "BAD_PARAMS", "after, limit and wait must be numbers") from None
-        if limit < 1 or wait < 0:
-            raise HttpError(400, "BAD_PARAMS", "limit must be >= 1 and wait >= 0")
+        if limit < 1 or not wait >= 0 or not -1 <= after < 2**62:  # NaN fails `>= 0`
+            raise HttpError(
+                400, "BAD_PARAMS", "limit must be >= 1, wait >= 0 and after in [-1, 2^62)"
+            )
         deadline = time.monotonic() + wait
         while True:
             waiter = service._changed

@@ -87,5 +87,6 @@ def treasury_book(events: Iterable[tuple[int, bytes, bytes, dict[str, Any]]]) ->
     """Fold the treasury's flows from ``(seq, prev_hash, hash, body)`` events."""
     book = TreasuryBook()
     for seq, _, _, body in events:
-        book.add(seq, body["kind"], body["moves"])
+        if isinstance(body, dict):  # a malformed body is the audit's finding, not the book's
+            book.add(seq, body["kind"], body["moves"])
     return book

@@ -78,7 +78,9 @@ def open_whistle(ctx: Context, tx: Tx, req: SignedRequest, now: int) -> None:
             "DEPOSIT_TOO_SMALL", f"a whistle deposits at least {ctx.config.whistle_deposit}"
         )
     attesters = json.loads(order["attesters"] or "[]")
-    if req.account == order["worker"] or req.account in attesters:
+    from dk.market.challenges import order_workers
+
+    if req.account in order_workers(tx.con, order) or req.account in attesters:
         raise MarketRefused(
             "SELF_CHALLENGE", "the worker and the attesters cannot whistle on their own result"
         )

@@ -78,12 +78,19 @@ def run_cases(
         if not path.exists():
             results.append(CaseResult(area, name, 0, False, "file missing"))
             continue
-        for case in load_cases(path)["cases"]:
+        try:
+            cases = load_cases(path)["cases"]
+            if not isinstance(cases, list) or not all(isinstance(c, dict) for c in cases):
+                raise ValueError("'cases' is not a list of objects")
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:  # one failed case
+            results.append(CaseResult(area, name, 0, False, f"not a vector file: {e}"))
+            continue
+        for case in cases:
             try:
                 message = fn(case)
             except Exception as e:  # a crash on one case is a failed case, not an abort
                 message = f"{type(e).__name__}: {e}"
-            results.append(CaseResult(area, name, case["tcId"], not message, message))
+            results.append(CaseResult(area, name, case.get("tcId", 0), not message, message))
     return results
 
 
@@ -104,5 +111,8 @@ def check_all(root: str | Path) -> list[CaseResult]:
         if not (root / area).is_dir():
             continue
         module = importlib.import_module(f"dk.vectors.{area}")
-        results.extend(module.check(root))
+        try:
+            results.extend(module.check(root))
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:  # a damaged file
+            results.append(CaseResult(area, "*", 0, False, f"not a vector file: {e}"))
     return results

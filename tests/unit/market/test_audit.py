@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from market_support import World
+import pytest
+from market_support import T0, World
 
 from dk.crypto.canonical_json import canonical_json
 from dk.market.ledger import event_hash
@@ -62,3 +64,92 @@ def test_deleted_last_event_is_caught(world: World) -> None:
     con.execute("DELETE FROM events WHERE seq = ?", (last - 1,))
     problems = world.m.audit().problems
     assert any("sequence gap" in p or "prev_hash" in p for p in problems)
+
+
+def test_an_event_body_that_is_not_json_is_reported_not_raised(world: World) -> None:
+    """SPEC V §3, §8: the audit reports MALFORMED_EVENT; it raised FormatError, so a damaged
+    ledger could not be audited at all."""
+    world.do("consumer", "deposit", amount=5)
+    con = world.m.ledger.con
+    con.execute("UPDATE events SET body = ? WHERE seq = 1", (b"{not json",))
+    report = world.m.audit(check_bls=False)
+    assert not report.ok
+    assert any("MALFORMED_EVENT" in p for p in report.problems), report.problems
+
+
+EVIL = "ee" * 32
+
+
+def _tamper(world: World, pick: Any, edit: Any) -> None:
+    """Edit the first event ``pick`` selects, fold its money changes into the holdings table
+    and re-hash the chain from it: a forger with write access who keeps the ledger consistent
+    (the genesis, and so the market id, untouched)."""
+    con = world.m.ledger.con
+    rows = con.execute("SELECT seq, body FROM events ORDER BY seq").fetchall()
+    bodies = [json.loads(bytes(b)) for _, b in rows]
+    target = next(i for i, b in enumerate(bodies) if pick(b))
+    before = [list(m) for m in bodies[target]["moves"]]
+    edit(bodies[target])
+    delta: dict[str, int] = {}
+    for sign, moves in ((1, before), (-1, bodies[target]["moves"])):
+        for src, dst, n in moves:
+            delta[src] = delta.get(src, 0) + sign * n
+            delta[dst] = delta.get(dst, 0) - sign * n
+    for holder, v in delta.items():
+        if (
+            v
+            and not con.execute(
+                "UPDATE holdings SET amount = amount + ? WHERE holder = ?", (v, holder)
+            ).rowcount
+        ):
+            con.execute("INSERT INTO holdings(holder, amount) VALUES(?, ?)", (holder, v))
+    prev = bytes(con.execute("SELECT hash FROM events WHERE seq = ?", (target - 1,)).fetchone()[0])
+    for i in range(target, len(bodies)):
+        digest = event_hash(prev, bodies[i])
+        con.execute(
+            "UPDATE events SET prev_hash = ?, hash = ?, body = ? WHERE seq = ?",
+            (prev, digest, canonical_json(bodies[i]), i),
+        )
+        prev = digest
+
+
+def _redirect(prefix: str) -> Any:
+    def edit(body: dict[str, Any]) -> None:
+        body["moves"] = [
+            [s, f"acct:{EVIL}" if s.startswith(prefix) else d, n] for s, d, n in body["moves"]
+        ]
+
+    return edit
+
+
+def _outcome(kind: str, outcome: str) -> Any:
+    return lambda b: b["kind"] == kind and b["data"].get("outcome") == outcome
+
+
+@pytest.mark.parametrize(
+    ("pick", "edit", "code"),
+    [
+        (_outcome("settle", "timed_out"), _redirect("stake:"), "PAYEE_MISMATCH"),
+        (_outcome("verify", "rejected"), _redirect(""), "PAYEE_MISMATCH"),
+        (_outcome("settle", "released"), lambda b: b.__setitem__("at", T0), "CLOCK_MISMATCH"),
+        (_outcome("settle", "timed_out"), lambda b: b.__setitem__("at", T0 + 1), "CLOCK_MISMATCH"),
+    ],
+    ids=["timeout-stake", "reject-payees", "release-early", "timeout-early"],
+)
+def test_audit_refolds_who_is_paid_and_when(world: World, pick: Any, edit: Any, code: str) -> None:
+    """SPEC V §6, §8: each outcome pays the table's parties, on the market's clock. A re-hashed
+    ledger whose settlement pays a third account, or is dated before the deadline or the
+    challenge window's end, audited clean before (only a release's payees were checked)."""
+    w = world
+    a, _ = w.to_submitted()  # times out from submitted: the stake back to the worker
+    w.share(a)
+    r, br = w.to_submitted(forged=True)  # rejected: escrow and stake to the consumer
+    w.share(r)
+    ok, _ = w.to_accepted()  # released
+    w.at(T0 + 30).verify_result(r, br, w.job)
+    w.at(T0 + 2000).settle(a)
+    w.at(T0 + 2000).settle(ok)
+    assert w.m.audit(check_bls=False).ok
+    _tamper(w, pick, edit)
+    problems = w.m.audit(check_bls=False).problems
+    assert any(code in p for p in problems), problems

@@ -100,3 +100,32 @@ def test_whistle_and_order_usage_errors(ledger: tuple[Path, dict[str, Path], Pat
     )  # fmt: skip
     out = dk(db, "resolve-whistle", "w99", str(job.parent), "--job", job, code=1)
     assert "UNKNOWN_WHISTLE" in out
+
+
+def test_a_local_submit_checks_the_bundle_before_committing(
+    ledger: tuple[Path, dict[str, Path], Path], tmp_path: Path
+) -> None:
+    """A bundle of another job was committed (the order stuck: the right bundle was then
+    BAD_STATE, the committed one BUNDLE_MISMATCH at verify); now it is refused at submit."""
+    from market_support import make_bundle
+
+    from dk.pol.job import load_job
+
+    db, keys, job = ledger
+    worker = tmp_path / "w.key"
+    SigningKey(bytes([90]) * 32).save(worker)
+    account = SigningKey(bytes([90]) * 32).verify_key.hex()
+    dk(db, "deposit", "--key", worker, 1000)
+    oid = dk(
+        db, "order", "--key", keys["consumer"], "--job", job, "--deadline", 600,
+        "--max-price", 100,
+    )["order_id"]  # fmt: skip
+    dk(db, "bid", "--key", worker, "--price", 80, "--stake", 10)
+    dk(db, "match", "--key", keys["consumer"], oid)
+    other = make_bundle(tmp_path / "other", bytes(32), account)  # another job's bundle
+    out = dk(db, "submit", "--key", worker, oid, other, code=1)
+    assert "BUNDLE_MISMATCH" in out
+    assert dk(db, "show", oid)["state"] == "matched"
+    mine = make_bundle(tmp_path / "mine", load_job(job).job_id, account)
+    dk(db, "submit", "--key", worker, oid, mine)
+    assert dk(db, "show", oid)["state"] == "submitted"

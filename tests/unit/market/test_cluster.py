@@ -519,3 +519,15 @@ def test_any_cluster_outcome_conserves_money_and_audits(
             assert report.ok, report.problems
         finally:
             m.close()
+
+
+def test_no_rank_of_a_cluster_challenges_or_whistles_on_its_own_order(tmp_path: Path) -> None:
+    """SPEC V §6, §14.2: every rank is a worker on the order; a guilty rank 1 challenging its
+    own fake would take its own stake back and the attesters' stakes (+240 instead of -40)."""
+    m = new_market(tmp_path / "m.db", verify=cluster_verify, replay=cluster_replay)
+    cl = Cluster(m, tmp_path)
+    oid, _ = cl.accepted(bad_intervals=[1], replay_blame=[1])
+    for action, extra in (("challenge", {"bond": 5}), ("whistle", {"deposit": 50})):
+        with pytest.raises(MarketRefused) as e:
+            cl.w.do("worker2", action, now=T0 + 21, order_id=oid, interval=1, **extra)
+        assert e.value.reason == "SELF_CHALLENGE", action

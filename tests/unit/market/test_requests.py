@@ -143,3 +143,23 @@ def test_the_request_is_encoded_once_and_spliced_into_its_event(tmp_path) -> Non
             assert event_bytes(body, again.raw) == bytes(raw)
     assert m.audit().ok
     m.close()
+
+
+@pytest.mark.parametrize(
+    ("action", "params", "reason"),
+    [
+        (["deposit"], {"amount": 5}, "UNKNOWN_ACTION"),  # a list: unhashable, gave TypeError
+        ("deposit", {"amount": 2**64}, "MALFORMED_REQUEST"),  # beyond the integer range
+        ("deposit", {"amount": float("nan")}, "MALFORMED_REQUEST"),
+    ],
+)
+def test_bodies_no_canonical_json_can_sign_carry_a_code(
+    world: World, action: object, params: dict, reason: str
+) -> None:
+    """SPEC V §2, §7: every refusal names a code (these raised without one, or a TypeError)."""
+    body = {"v": 1, "market": world.m.market_id.hex(), "account": key(1).verify_key.hex(),
+            "nonce": 1, "action": action, "params": params}  # fmt: skip
+    env = {"body": body, "signature": "00" * 64}
+    with pytest.raises(FormatError) as e:
+        world.m.execute(env)
+    assert e.value.reason == reason

@@ -133,3 +133,26 @@ def test_redraw_with_an_empty_pool_shrinks_the_set(world: World) -> None:
         world.at(t + 1000).redraw(oid)
     assert e.value.reason == "BAD_STATE"
     assert world.m.audit().ok
+
+
+def test_a_validator_slashed_since_it_attested_does_not_count(world: World) -> None:
+    """SPEC V §5.2-§5.3: v1 and v2 attest X, are slashed on Y, and X is then accepted on their
+    attestations: nothing backs that acceptance (their stakes are gone). The market refuses;
+    a ledger where it happened anyway fails the audit."""
+    w = world
+    x, bx = w.to_submitted()
+    w.share(x)
+    assert w.at(T0 + 10).verify_result(x, bx, w.job)["ok"]
+    w.attest(x, ["v1", "v2"], now=T0 + 10)
+    y, by = w.to_accepted(bad=[2])
+    cid = w.do("challenger", "challenge", now=T0 + 21, order_id=y, bond=5, interval=2)
+    assert w.at(T0 + 22).resolve_challenge(cid["challenge_id"], by, w.job)["upheld"]
+    with pytest.raises(MarketRefused) as e:
+        w.at(T0 + 30).accept(x)
+    assert e.value.reason == "NOT_ENOUGH_ATTESTATIONS"
+    assert w.m.audit(check_bls=False).ok
+    con = w.m.ledger.con  # the market before this rule: the slashed still counted
+    con.execute("UPDATE validators SET state = 'active' WHERE state = 'slashed'")
+    w.at(T0 + 30).accept(x)
+    problems = w.m.audit(check_bls=False).problems
+    assert any("NOT_VALIDATOR" in p and x in p for p in problems), problems

@@ -1,0 +1,81 @@
+"""What a party sends that the market must refuse, over HTTP (SPEC V §2, §5.1, §9): a submit
+before its bundle reached the server, bodies and queries that gave HTTP 500."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("uvicorn")
+pytest.importorskip("httpx")
+
+from market_support import T0, Clock, FakeBls, key, make_bundle, running
+from test_server import JOB, SK, VALIDATORS, clients, make_service
+
+from dk.errors import FormatError
+from dk.market import bundle_commitment
+from dk.market.client import RemoteMarket
+from dk.market.errors import MarketRefused
+from dk.market.requests import sign_request
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Iterator[RemoteMarket]:
+    with running(make_service(tmp_path, Clock())) as url, RemoteMarket(url) as rm:
+        yield rm
+
+
+def _matched(rm: RemoteMarket) -> tuple[dict, str]:
+    c = clients(rm.market_id)
+    bls = FakeBls()
+    for name in c:
+        rm.execute(c[name].request("deposit", amount=1000))
+    for n in VALIDATORS:  # staked validators, for the match to draw
+        pk, pop = bls.sk_to_pk(SK[n]).hex(), bls.pop_prove(SK[n]).hex()
+        rm.execute(c[n].request("register_validator", bls_pk=pk, pop=pop, stake=100))
+    oid = rm.execute(
+        c["consumer"].request(
+            "order", job_id=JOB.job_id.hex(), max_price=100, min_stake=50, deadline=T0 + 1000
+        )
+    )["order_id"]
+    rm.execute(c["worker"].request("bid", price=80, capacity=1, stake=60))
+    rm.execute(c["consumer"].request("match", order_id=oid))
+    return c, oid
+
+
+def test_a_submit_needs_its_bundle_on_the_server(remote: RemoteMarket, tmp_path: Path) -> None:
+    """SPEC V §5.1: a worker that could commit without delivering would see the beacon and
+    withhold a bundle it knows is caught, and the timed-out order gave its stake back."""
+    c, oid = _matched(remote)
+    bundle = make_bundle(tmp_path / "b", JOB.job_id, c["worker"].account)
+    submit = c["worker"].request("submit", order_id=oid, **bundle_commitment(bundle))
+    with pytest.raises(MarketRefused) as e:
+        remote.execute(submit)
+    assert e.value.reason == "BUNDLE_UNKNOWN"
+    other = make_bundle(tmp_path / "o", JOB.job_id, c["consumer"].account)  # another key
+    remote.upload_bundle(other)
+    with pytest.raises(MarketRefused) as e:
+        remote.execute(c["worker"].request("submit", order_id=oid, **bundle_commitment(other)))
+    assert e.value.reason == "BUNDLE_MISMATCH"
+    remote.upload_bundle(bundle)
+    assert remote.execute(submit)["order_id"] == oid
+    assert remote.show(oid)["state"] == "submitted"
+
+
+def test_bodies_and_queries_that_gave_500_are_refused(remote: RemoteMarket) -> None:
+    for action in (["deposit"], {"x": 1}):
+        env = sign_request(key(1), remote.market_id, action, {"amount": 5}, nonce=7)  # type: ignore[arg-type]
+        with pytest.raises(FormatError) as f:
+            remote.execute(env)
+        assert f.value.reason == "UNKNOWN_ACTION"
+    for query in (
+        "/v1/events?after=99999999999999999999",
+        "/v1/events?after=9223372036854775808",
+        "/v1/events?after=100&wait=nan",
+        "/v1/orders/o1/explain?intervals=%C2%B2",
+    ):
+        r = remote._http.get(query)
+        assert r.status_code == 400 and r.json()["error"]["reason"] == "BAD_PARAMS", query
