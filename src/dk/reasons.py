@@ -211,6 +211,7 @@ _CODES: tuple[tuple[str, str, str, str], ...] = (
     ("RATE_LIMITED", _F, "the account is over its request rate (429)", "V §9"),
     ("JOB_UNKNOWN", _F, "the server holds no such job (409)", "V §9"),
     ("BUNDLE_UNKNOWN", _F, "the server holds no such bundle (409)", "V §9"),
+    ("BUNDLE_INCOMPLETE", _F, "an uploaded bundle lacks a file its manifest names", "V §9"),
     ("NOT_FOUND", _F, "no such route (404)", "V §9"),
     ("METHOD_NOT_ALLOWED", _F, "the route does not take that method (405)", "V §9"),
     ("HTTP_ERROR", _F, "the client got an HTTP error without a reason code", "V §9"),

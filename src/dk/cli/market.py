@@ -598,7 +598,7 @@ def submit(db: str, now: int | None, keyfile: str, order_id: str, bundle: str) -
 
 @market.command("verify", short_help="Run the market's verification of a result")
 @click.argument("order_id")
-@click.argument("bundle", type=click.Path(exists=True, file_okay=False))
+@click.argument("bundle", required=False, type=click.Path(exists=True, file_okay=False))
 @click.option(
     "--job",
     "job_path",
@@ -608,13 +608,17 @@ def submit(db: str, now: int | None, keyfile: str, order_id: str, bundle: str) -
 )
 @_common
 def verify_cmd(
-    db: str, now: int | None, order_id: str, bundle: str, job_path: str
+    db: str, now: int | None, order_id: str, bundle: str | None, job_path: str
 ) -> dict[str, Any]:
-    """Verify BUNDLE for ORDER_ID with the order's beacon (fixed by its drawn validators).
+    """Verify ORDER_ID's committed bundle with the order's beacon (fixed by its drawn
+    validators). A market server verifies the copy it holds since the submit (anyone may ask,
+    without BUNDLE: SPEC V §5.1); a local ledger needs BUNDLE.
 
     reject refunds the consumer and slashes the worker; inconclusive moves nothing.
     """
     with _open(db, now) as m:
+        if bundle is None and not hasattr(m, "upload_bundle"):
+            raise click.UsageError("a local ledger verifies the BUNDLE given: name it")
         return m.verify_result(order_id, bundle, _job(job_path))
 
 
@@ -769,10 +773,16 @@ def profile(
     if (calibration is None) == (job_path is None):
         raise click.UsageError("give exactly one of --calibration and --job")
     if calibration is not None:
-        from dk.crypto.canonical_json import parse_json
+        import json
 
         with open(calibration, "rb") as f:
-            cal = parse_json(f.read(1 << 20), limit=(1 << 20) - 1, what=calibration)
+            raw = f.read(1 << 20)
+        try:  # `dk calibrate --json` writes Infinity for a cheat that never converges
+            cal = json.loads(raw)
+        except ValueError as e:
+            from dk.errors import FormatError
+
+            raise FormatError(f"{calibration} is not JSON: {e}") from None
         if not isinstance(cal, dict):
             raise click.BadParameter("not a JSON object", param_hint="--calibration")
     else:

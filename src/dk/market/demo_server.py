@@ -357,7 +357,7 @@ def _flow(
         raise DemoFailed("no beacon after every drawn validator shared")
     say(f"market: {len(drawn)} drawn validators post BLS shares at once; beacon {beacon[:16]}…")
     t0 = time.perf_counter()
-    out = dk("market", "verify", *u, oid, bundle, "--job", job_path, "--json")
+    out = dk("market", "verify", *u, oid, "--job", job_path, "--json")  # the server's copy
     say(
         f"market: dk market verify uploads the job; the server verifies its own copy: "
         f"{out['verdict']} ({time.perf_counter() - t0:.1f} s)"

@@ -244,6 +244,19 @@ class Market:
         cluster_flow.check_bundle(self.ledger.con, order, manifest, job)  # SPEC V §14.4
         return manifest
 
+    def awaits_submit(self, order_id: str, worker: str) -> bool:
+        """Whether ``order_id`` is ``matched`` to ``worker`` (before its deadline): a submit
+        from it passes the action's own checks but the bundle's."""
+        row = self.ledger.con.execute(
+            "SELECT state, worker, deadline FROM orders WHERE order_id = ?", (order_id,)
+        ).fetchone()
+        return bool(
+            row is not None
+            and row["state"] == "matched"
+            and row["worker"] == worker
+            and self.now() < row["deadline"]
+        )
+
     def check_delivery(
         self, order_id: str, worker: str, digest: str, root: str, bundle_dir: str | Path
     ) -> None:

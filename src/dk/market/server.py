@@ -214,11 +214,15 @@ class MarketService:
         if req.action != "submit":
             return
         p = req.params
-        digest, root = p.get("manifest_digest"), p.get("transcript_root")
-        if not (isinstance(digest, str) and isinstance(root, str) and _is_hex64(digest)):
+        digest, root, oid = p.get("manifest_digest"), p.get("transcript_root"), p.get("order_id")
+        if not all(isinstance(x, str) for x in (digest, root, oid)):
             return  # the action's own parameter check refuses it (BAD_PARAMS)
+        if not (_is_hex64(digest) and _is_hex64(root)):
+            return
+        if not self.market.awaits_submit(oid, req.account):
+            return  # the action refuses it with its own code (UNKNOWN_ORDER, NOT_OWNER, …)
         bdir = self.bundle_dir(digest)  # 409 BUNDLE_UNKNOWN: upload the bundle first
-        self.market.check_delivery(str(p.get("order_id", "")), req.account, digest, root, bdir)
+        self.market.check_delivery(oid, req.account, digest, root, bdir)
 
     def execute_batch(self, raw: bytes) -> dict[str, Any]:
         """Apply a JSON array of signed requests, each on its own (writer thread).
@@ -288,9 +292,14 @@ class MarketService:
         try:
             unpack_bundle(data, tmp / "b")
             manifest, digest = read_manifest(tmp / "b")
+            _check_complete(tmp / "b", manifest)  # a copy kept is a whole one
             target = self.state_dir / "bundles" / digest.hex()
             if not target.exists():
-                os.replace(tmp / "b", target)
+                try:
+                    os.replace(tmp / "b", target)
+                except OSError:  # the same bundle stored by a concurrent upload meanwhile
+                    if not target.is_dir():
+                        raise
             return {
                 "manifest_digest": digest.hex(),
                 "transcript_root": manifest["transcript_root"],
@@ -377,6 +386,36 @@ class MarketService:
             "seq": seq,
             "head": head.hex(),
         }
+
+
+def _check_complete(bundle: Path, manifest: dict[str, Any]) -> None:
+    """Every file the manifest names is in the upload, of its size (SPEC V §9): checkpoint
+    blobs and a rounded run's logs (a data-parallel run's ``ranks/`` evidence is the worker's
+    to give or not, SPEC §12.6). A partial upload is refused rather than kept, so the server's
+    copy of a committed bundle is whole.
+
+    Raises:
+        FormatError: ``BUNDLE_INCOMPLETE``.
+    """
+    named: list[tuple[Any, Any]] = [
+        (c.get("blob"), c.get("nbytes"))
+        for c in manifest.get("checkpoints") or []
+        if isinstance(c, dict)
+    ]
+    for iv in manifest.get("intervals") or []:
+        log = ((iv.get("ext") or {}) if isinstance(iv, dict) else {}).get("rounding_log")
+        if isinstance(log, dict):
+            named.append((log.get("blob"), log.get("nbytes")))
+    for rel, nbytes in named:
+        if not isinstance(rel, str):
+            continue  # the verifier judges a malformed manifest
+        p = bundle / rel
+        if not (p.is_file() and (not isinstance(nbytes, int) or p.stat().st_size == nbytes)):
+            raise FormatError(
+                f"the upload lacks {rel[:80]} (or holds it at another size): upload the whole "
+                "bundle directory",
+                reason="BUNDLE_INCOMPLETE",
+            )
 
 
 def _is_hex64(s: str) -> bool:

@@ -2,7 +2,9 @@
 
 A bundle crosses the network as an uncompressed POSIX tar whose members are exactly the files
 of a bundle directory (SPEC I §11.3): ``manifest.json``, ``signature.hex``,
-``blobs/<64 hex>.safetensors`` and ``proofs/<name>.json``. The server never trusts the archive:
+``blobs/<64 hex>.safetensors``, ``proofs/<name>.json``, a rounded run's
+``logs/<64 hex>.dkrl`` (Part VI §4) and a data-parallel run's ``ranks/<i>.bin`` and
+``ranks/<i>.msg`` (§11.6). The server never trusts the archive:
 :func:`unpack_bundle` accepts only regular-file members with those names, no duplicates, each
 and all of them under a size bound, and writes them into a fresh directory it owns. Nothing in
 the archive is executed or unpickled; links, devices, absolute paths and ``..`` are refused.
@@ -21,7 +23,7 @@ MAX_BUNDLE_BYTES = 1 << 30  # one archive, all members together
 MAX_MEMBERS = 100_000
 _NAME = re.compile(
     r"\A(?:manifest\.json|signature\.hex|blobs/[0-9a-f]{64}\.safetensors"
-    r"|proofs/[A-Za-z0-9_.-]{1,128}\.json)\Z"
+    r"|proofs/[A-Za-z0-9_.-]{1,128}\.json|logs/[0-9a-f]{64}\.dkrl|ranks/[0-9]{1,9}\.(?:bin|msg))\Z"
 )
 
 

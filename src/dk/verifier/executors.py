@@ -168,6 +168,8 @@ class RayExecutor:
                 ok, fig, t, pid = ray.get(fut)
             except Exception as e:  # Ray raises WorkerCrashedError, RayTaskError, ...
                 cause = task_error(ray, e)
+                if isinstance(cause, BackendUnavailable):  # as the local paths: exit 4
+                    raise cause from None
                 if cause is not None:  # the replay itself raised: that interval's own trouble
                     results[i] = (False, {ERROR_KEY: f"{type(cause).__name__}: {cause}"})
                     continue

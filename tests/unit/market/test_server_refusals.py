@@ -79,3 +79,40 @@ def test_bodies_and_queries_that_gave_500_are_refused(remote: RemoteMarket) -> N
     ):
         r = remote._http.get(query)
         assert r.status_code == 400 and r.json()["error"]["reason"] == "BAD_PARAMS", query
+
+
+def test_a_batched_submit_needs_its_bundle_too(remote: RemoteMarket, tmp_path: Path) -> None:
+    c, oid = _matched(remote)
+    bundle = make_bundle(tmp_path / "b", JOB.job_id, c["worker"].account)
+    submit = c["worker"].request("submit", order_id=oid, **bundle_commitment(bundle))
+    (out,) = remote.execute_batch([submit])
+    assert out["error"]["reason"] == "BUNDLE_UNKNOWN"
+    other = c["consumer"].request("submit", order_id=oid, **bundle_commitment(bundle))
+    with pytest.raises(MarketRefused) as e:  # not the order's worker: the action's own code
+        remote.execute(other)
+    assert e.value.reason == "NOT_OWNER"
+
+
+def test_uploads_carry_every_bundle_file_and_refuse_partial_ones(
+    remote: RemoteMarket, tmp_path: Path
+) -> None:
+    """A rounded bundle's logs and a data-parallel bundle's rank files were left out of the
+    archive: the server's copy of an honest rounded bundle verified BLOB_MISSING."""
+    import shutil
+
+    from dk.market.transfer import pack_bundle, unpack_bundle
+
+    vectors = Path(__file__).resolve().parents[3] / "vectors"
+    for src in (vectors / "rounding" / "bundle" / "honest", vectors / "dp" / "honest"):
+        if not src.is_dir():
+            continue
+        out = unpack_bundle(pack_bundle(src), tmp_path / src.parent.name)
+        want = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
+        got = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+        assert got == want, set(want) - set(got)
+    partial = tmp_path / "partial"
+    shutil.copytree(vectors / "rounding" / "bundle" / "honest", partial)
+    next((partial / "logs").glob("*.dkrl")).unlink()
+    with pytest.raises(FormatError) as f:
+        remote.upload_bundle(partial)
+    assert f.value.reason == "BUNDLE_INCOMPLETE"

@@ -156,3 +156,17 @@ def test_a_validator_slashed_since_it_attested_does_not_count(world: World) -> N
     w.at(T0 + 30).accept(x)
     problems = w.m.audit(check_bls=False).problems
     assert any("NOT_VALIDATOR" in p and x in p for p in problems), problems
+
+
+def test_a_challenge_names_an_interval_the_result_has(world: World) -> None:
+    """A bond on interval 99 of a 4-interval result was posted and then lost as a failed
+    challenge; the intervals the verification recorded bound it (BAD_PARAMS)."""
+    from dk.errors import FormatError
+
+    w = world
+    oid, _ = w.to_accepted()
+    assert json.loads(w.m.order(oid)["policy"])["intervals"] == 4
+    with pytest.raises(FormatError) as e:
+        w.do("challenger", "challenge", now=T0 + 21, order_id=oid, bond=5, interval=4)
+    assert e.value.reason == "BAD_PARAMS"
+    assert w.do("challenger", "challenge", now=T0 + 21, order_id=oid, bond=5, interval=3)
