@@ -77,9 +77,8 @@ def clients(market_id: bytes) -> dict[str, Client]:
     return {n: Client(key(i + 1), market_id) for i, n in enumerate(names)}
 
 
-def run_to_verified(
-    rm: RemoteMarket, c: dict[str, Client], tmp: Path, *, forged: bool, bad: list[int] | None = None
-) -> str:
+def run_to_matched(rm: RemoteMarket, c: dict[str, Client]) -> str:
+    """Fund every client, stake the validators, and match one order with the worker's bid."""
     bls = FakeBls()
     for name in c:
         rm.execute(c[name].request("deposit", amount=1000))
@@ -99,6 +98,14 @@ def run_to_verified(
     )["order_id"]
     rm.execute(c["worker"].request("bid", price=80, capacity=1, stake=60))
     rm.execute(c["consumer"].request("match", order_id=oid))
+    return str(oid)
+
+
+def run_to_verified(
+    rm: RemoteMarket, c: dict[str, Client], tmp: Path, *, forged: bool, bad: list[int] | None = None
+) -> str:
+    oid = run_to_matched(rm, c)
+    bls = FakeBls()
     bundle = make_bundle(
         tmp / f"b-{oid}", JOB.job_id, c["worker"].account, forged=forged, bad_intervals=bad
     )

@@ -12,8 +12,8 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
 
-from market_support import T0, Clock, FakeBls, key, make_bundle, running
-from test_server import JOB, SK, VALIDATORS, clients, make_service
+from market_support import Clock, key, make_bundle, running
+from test_server import JOB, clients, make_service, run_to_matched
 
 from dk.errors import FormatError
 from dk.market import bundle_commitment
@@ -30,20 +30,7 @@ def remote(tmp_path: Path) -> Iterator[RemoteMarket]:
 
 def _matched(rm: RemoteMarket) -> tuple[dict, str]:
     c = clients(rm.market_id)
-    bls = FakeBls()
-    for name in c:
-        rm.execute(c[name].request("deposit", amount=1000))
-    for n in VALIDATORS:  # staked validators, for the match to draw
-        pk, pop = bls.sk_to_pk(SK[n]).hex(), bls.pop_prove(SK[n]).hex()
-        rm.execute(c[n].request("register_validator", bls_pk=pk, pop=pop, stake=100))
-    oid = rm.execute(
-        c["consumer"].request(
-            "order", job_id=JOB.job_id.hex(), max_price=100, min_stake=50, deadline=T0 + 1000
-        )
-    )["order_id"]
-    rm.execute(c["worker"].request("bid", price=80, capacity=1, stake=60))
-    rm.execute(c["consumer"].request("match", order_id=oid))
-    return c, oid
+    return c, run_to_matched(rm, c)
 
 
 def test_a_submit_needs_its_bundle_on_the_server(remote: RemoteMarket, tmp_path: Path) -> None:
