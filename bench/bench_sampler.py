@@ -10,7 +10,7 @@ are at most a quarter of ``n`` (``Sampler._span``): below, the loop is as fast (
 
 from __future__ import annotations
 
-import time
+import timeit
 
 import numpy as np
 
@@ -19,12 +19,7 @@ REPEATS = 3
 
 
 def _best(fn) -> float:  # type: ignore[no-untyped-def]
-    best = float("inf")
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return min(timeit.repeat(fn, number=1, repeat=REPEATS))
 
 
 def main() -> None:

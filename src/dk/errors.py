@@ -62,6 +62,10 @@ class FormatError(DkError, ValueError):
         self.reason = reason
 
 
+class TrainingDiverged(DkError, FloatingPointError):
+    """A step produced NaN or infinite weights or gradients; recording stops at that step."""
+
+
 class VerificationFailed(DkError):
     """A verification that was asked to succeed did not; ``.reason`` holds the first code and
     ``.report`` the report (whose verdict is ``reject`` or ``inconclusive``)."""

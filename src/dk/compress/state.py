@@ -22,17 +22,17 @@ import numpy as np
 from dk.compress.codecs import Codec, PowerSGDCodec, TopKCodec
 from dk.compress.parse import parse_codec
 from dk.compress.wire import Compressed, wire_size
-from dk.errors import FormatError
+from dk.errors import FormatError, TrainingDiverged
 
 PREFIX = "compress/"
 COUNTER_KEY = "compress/rng_counter"
 
 
-class NonFiniteGradient(FormatError):
-    """A gradient to compress is not finite (SPEC III §5: gradients MUST be finite). The
-    worker's Recorder reports it as its training diverging; a verifier's replay from a
-    committed state meets it only where no honest run committed that state, so it carries
-    the worker-side ``REPLAY_MISMATCH`` (SPEC §12.3)."""
+class NonFiniteGradient(TrainingDiverged, FormatError):
+    """A gradient to compress is not finite (SPEC III §5: gradients MUST be finite). To the
+    worker it is its training diverging (``TrainingDiverged``); a verifier's replay from a
+    committed state meets it only where no honest run committed that state, so it is also a
+    ``FormatError`` with the worker-side ``REPLAY_MISMATCH`` (SPEC §12.3)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, reason="REPLAY_MISMATCH")
@@ -116,7 +116,7 @@ class CompressedSGDStep:
             _check_name(name)
             g = np.ascontiguousarray(grads[name], dtype=np.float32)
             if not np.isfinite(g).all():  # SPEC III §5
-                raise NonFiniteGradient(f"non-finite gradient for {name!r}")
+                raise NonFiniteGradient(f"non-finite gradient for {name!r}: training diverged")
             self._compress_one(name, g, out[name])
         return out
 

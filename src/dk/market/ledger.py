@@ -192,8 +192,8 @@ def connect(path: str | Path, *, durable: bool = False) -> sqlite3.Connection:
         con.execute("PRAGMA foreign_keys=ON")
         con.executescript(_SCHEMA)
     except sqlite3.DatabaseError as e:  # not a database, or a directory that does not exist
-        if "locked" in str(e) or "busy" in str(e):  # another writer: not the file's fault
-            raise
+        if getattr(e, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+            raise  # another writer holds it: not the file's fault
         raise FormatError(f"{path}: not a market ledger dk can open ({e})") from None
     return con
 

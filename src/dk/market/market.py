@@ -244,28 +244,20 @@ class Market:
         cluster_flow.check_bundle(self.ledger.con, order, manifest, job)  # SPEC V §14.4
         return manifest
 
-    def awaits_submit(self, order_id: str, worker: str) -> bool:
-        """Whether ``order_id`` is ``matched`` to ``worker`` (before its deadline): a submit
-        from it passes the action's own checks but the bundle's."""
-        row = self.ledger.con.execute(
-            "SELECT state, worker, deadline FROM orders WHERE order_id = ?", (order_id,)
-        ).fetchone()
-        return bool(
-            row is not None
-            and row["state"] == "matched"
-            and row["worker"] == worker
-            and self.now() < row["deadline"]
-        )
-
     def check_delivery(
-        self, order_id: str, worker: str, digest: str, root: str, bundle_dir: str | Path
+        self,
+        order_id: str,
+        worker: str,
+        digest: str,
+        root: str,
+        bundle_dir: str | Path | Callable[[], Path],
     ) -> None:
-        """Before ``worker`` commits ``(root, digest)`` for ``order_id``: ``bundle_dir`` is
-        that bundle, for the order's job, signed by the worker (and, for a cluster order, by
-        the order's ranks: SPEC V §14.4). A market service calls it with the bundle it holds.
-
-        An order that is not ``matched`` to ``worker`` is left to the ``submit`` action's own
-        refusal (``UNKNOWN_ORDER``, ``NOT_OWNER``, ``BAD_STATE``).
+        """Before ``worker`` commits ``(root, digest)`` for ``order_id``: the bundle is that
+        bundle, for the order's job, signed by the worker (and, for a cluster order, by the
+        order's ranks: SPEC V §14.4). A market service passes a callable that finds the copy
+        it holds (``BUNDLE_UNKNOWN`` when it holds none), called only for a submit the action
+        itself would take: an order that is not ``matched`` to ``worker`` before its deadline
+        is left to the ``submit`` action's own refusal (``UNKNOWN_ORDER``, ``NOT_OWNER``, …).
 
         Raises:
             MarketRefused: ``BUNDLE_MISMATCH``.
@@ -275,9 +267,12 @@ class Market:
         ).fetchone()
         if row is None or row["state"] != "matched" or row["worker"] != worker:
             return
+        if self.now() >= row["deadline"]:
+            return
+        bdir = bundle_dir() if callable(bundle_dir) else bundle_dir
         pending = dict(row)
         pending["commitment"] = json.dumps({"transcript_root": root, "manifest_digest": digest})
-        manifest = results.check_bundle(pending, bundle_dir)
+        manifest = results.check_bundle(pending, bdir)
         if cluster_flow.world_size(self.ledger.con, order_id) > 1:
             cluster_flow.check_ranks(self.ledger.con, pending, manifest)
 

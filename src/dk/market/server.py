@@ -219,10 +219,8 @@ class MarketService:
             return  # the action's own parameter check refuses it (BAD_PARAMS)
         if not (_is_hex64(digest) and _is_hex64(root)):
             return
-        if not self.market.awaits_submit(oid, req.account):
-            return  # the action refuses it with its own code (UNKNOWN_ORDER, NOT_OWNER, …)
-        bdir = self.bundle_dir(digest)  # 409 BUNDLE_UNKNOWN: upload the bundle first
-        self.market.check_delivery(oid, req.account, digest, root, bdir)
+        # 409 BUNDLE_UNKNOWN when the server holds no such bundle: upload it first
+        self.market.check_delivery(oid, req.account, digest, root, lambda: self.bundle_dir(digest))
 
     def execute_batch(self, raw: bytes) -> dict[str, Any]:
         """Apply a JSON array of signed requests, each on its own (writer thread).

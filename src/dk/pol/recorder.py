@@ -32,7 +32,7 @@ import numpy as np
 
 from dk.crypto.hashing import digests_equal
 from dk.crypto.numeric import fold_sum_inplace
-from dk.errors import DkError, FormatError, JobMismatch
+from dk.errors import FormatError, JobMismatch, TrainingDiverged
 from dk.pol.checkpoint import Tensors, sync_files
 from dk.pol.data import Dataset, check_dims, load_dataset
 from dk.pol.job import JobSpec, as_job
@@ -63,20 +63,6 @@ GRAD_RTOL = 1e-3  # user's vs kernel gradients (float32 torch vs fixed-order ker
 SEED_BLOCK = 64  # step seeds derived together, in one warm loop, ahead of the steps
 SCHEDULE_DRY_RUN = 100_000  # steps of a user's scheduler checked at attach
 PROGRESS_PERIOD_S = 0.1  # a progress bar redraws per call: not once per (fast) step
-
-
-class TrainingDiverged(DkError, FloatingPointError):
-    """A step produced NaN or infinite weights; recording stops at that step."""
-
-
-def _diverged(step: int, e: FormatError) -> DkError:
-    """What a step's ``FormatError`` is to the worker: a compressed step's non-finite gradient
-    is its training diverging (SPEC III §5, ``TrainingDiverged``), not malformed input."""
-    from dk.compress.state import NonFiniteGradient
-
-    if isinstance(e, NonFiniteGradient):
-        return TrainingDiverged(f"step {step}: {e}; recording stopped")
-    return e
 
 
 def _lr_close(got: float, want: float) -> bool:
@@ -122,10 +108,7 @@ def _recorded_optimizer_type() -> type:
             if rec.dp is None and rec._model is not None:  # DP-SGD computes its own gradients
                 rec._require_gradients()
             if rec.codec is not None and rec._model is not None:  # compressed job: SPEC Part III
-                try:
-                    rec.codec.compress_grads_(rec._model.named_parameters())
-                except FormatError as e:
-                    raise _diverged(rec.step, e) from None
+                rec.codec.compress_grads_(rec._model.named_parameters())
             if rec.dp is not None and rec._model is not None:  # DP-SGD: SPEC Part VII §4
                 rec.dp_grads_()
             if rec._model is not None:
@@ -725,7 +708,7 @@ class Recorder:
         self._writer.start(prev=self._prev_ck, truncate=self._partial is None)
         self._det.__enter__()
         if self.rounding is not None:  # committed by checkpoint 0's line (dk.pol.resume)
-            self.info.ext = {**(self.info.ext or {}), "rounding": self.rounding.run_ext()}
+            self.info.ext = {**(self.info.ext or {}), "rounding": self.rounding.release}
         if self._partial is None:
             self._snap(0, 0)
         if self.rounding is not None:
@@ -789,8 +772,10 @@ class Recorder:
     def _interval_ext(self, index: int) -> dict[str, Any] | None:
         """The ``ext`` object (SPEC §11.5) of the interval ending at checkpoint ``index``: its
         loss, and a rounded run's log (SPEC VI §4, written before the line that commits it)."""
+        if index == 0:
+            return None
         ext: dict[str, Any] = {}
-        if index > 0 and self._loss is not None:
+        if self._loss is not None:
             loss = self._loss.take()
             if not np.isfinite(loss):
                 raise TrainingDiverged(
@@ -798,7 +783,7 @@ class Recorder:
                     "finite; recording stopped"
                 )
             ext[LOSS_KEY] = loss
-        if index > 0 and self.rounding is not None:
+        if self.rounding is not None:
             ext["rounding_log"] = self.rounding.exts[index - 1]
         return ext or None
 
@@ -841,10 +826,7 @@ class Recorder:
         always shows the current weights without a copy. Its own gradients are not used."""
         assert self.engine is not None
         idx = self.sampler.batch(self.step)
-        try:
-            loss = self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
-        except FormatError as e:
-            raise _diverged(self.step, e) from None
+        loss = self.engine.step(self.dataset.X[idx], self.dataset.y[idx])
         if self._loss is not None:
             self._loss.add(loss)
         if self._model is None:

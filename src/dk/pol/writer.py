@@ -309,7 +309,7 @@ class CommitWriter:
             line["job_id"] = self.info.job_id
             if ext is not None:
                 line["ext"] = ext
-        if prev is not None:
+        else:
             start = self.info.checkpoints[index - 1].step
             iv = IntervalEntry(
                 index=index - 1,

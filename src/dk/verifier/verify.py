@@ -419,11 +419,7 @@ def check_blob(ctx: Context, ck: ManifestCheckpoint, prev: Tensors | None) -> Te
         tensors = parse_checkpoint(data)
     except FormatError as e:
         ctx.fatal("blobs", e, Reason.BLOB_MALFORMED)
-    try:
-        root = checkpoint_root(tensors)
-    except FormatError as e:  # SPEC §10.3: parsed, but no §4 tensor set (the parse's rules
-        ctx.fatal("blobs", e, Reason.BLOB_MALFORMED)  # should have refused it already)
-    if not digests_equal(root, ck.root):
+    if not digests_equal(checkpoint_root(tensors), ck.root):  # parse_blob: §4-hashable
         ctx.fail(
             "blobs",
             Reason.COMMITMENT_MISMATCH,

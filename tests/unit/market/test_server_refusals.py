@@ -97,6 +97,8 @@ def test_uploads_carry_every_bundle_file_and_refuse_partial_ones(
         want = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
         got = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
         assert got == want, set(want) - set(got)
+    honest = vectors / "rounding" / "bundle" / "honest"
+    assert remote.upload_bundle(honest) == remote.upload_bundle(honest)  # held: a no-op
     partial = tmp_path / "partial"
     shutil.copytree(vectors / "rounding" / "bundle" / "honest", partial)
     next((partial / "logs").glob("*.dkrl")).unlink()

@@ -34,7 +34,8 @@ class RoundingRecorder:
         from dk.pol.backends.rounded import clear_dead_modes
 
         clear_dead_modes()  # a previous Recorder on this thread that died mid-interval
-        self.run_ext()  # a torch whose version names no release: refused before training
+        #: The run's ``ext.rounding``; a torch that names no release is refused before training.
+        self.release = self.run_ext()
         self.job, self.run_dir, self.self_check = job, run_dir, self_check
         self.exts: dict[int, dict[str, Any]] = {}
         self._blob0: bytes | None = None  # interval 0's log: the first checkpoint's self-check
@@ -59,7 +60,7 @@ class RoundingRecorder:
                 f"{self.run_dir}: the interrupted rounded run was recorded by an earlier dk, "
                 "whose commit lines do not name the rounding logs: train into a new directory"
             )
-        was, mine = (partial.run_ext or {}).get(RUN_KEY), self.run_ext()
+        was, mine = (partial.run_ext or {}).get(RUN_KEY), self.release
         if was != mine:
             said = f"torch {was['torch']}" if isinstance(was, dict) and "torch" in was else None
             raise JobMismatch(
