@@ -192,7 +192,8 @@ def connect(path: str | Path, *, durable: bool = False) -> sqlite3.Connection:
         con.execute("PRAGMA foreign_keys=ON")
         con.executescript(_SCHEMA)
     except sqlite3.DatabaseError as e:  # not a database, or a directory that does not exist
-        if getattr(e, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+        code = getattr(e, "sqlite_errorcode", 0) & 0xFF  # the primary code of an extended one
+        if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             raise  # another writer holds it: not the file's fault
         raise FormatError(f"{path}: not a market ledger dk can open ({e})") from None
     return con
