@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any
 
+import numba
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -102,6 +104,37 @@ class _NormBound(Bound, ABC):
         return 1.0 + self.k * _INFLATE
 
 
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _product_s_at(a, b, bb, ii, jj, order, out):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
+    """``out[e] = Σ_k |a[bb_e, ii_e, k]|·|b[bb_e, k, jj_e]|`` for each element ``e``, taken in
+    ``order``; ``a`` is ``(B, m, K)``, ``b`` ``(B, K, n)``, float64, any strides.
+
+    The row of ``a`` and the column of ``b`` are copied (as absolute values) into contiguous
+    buffers only when they change from one element to the next, so an order that keeps one of
+    them fixed reads its strided operand once per row (column). The sum may be reassociated
+    (``fastmath``: one vectorised loop): any order of ``K`` non-negative float64 terms is
+    within ``K·2^-53`` of exact, which the bound's inflation covers (module docstring)."""
+    k_len = a.shape[2]
+    row = np.empty(k_len)
+    col = np.empty(k_len)
+    ra, ri, cb, cj = -1, -1, -1, -1
+    for t in range(order.size):
+        e = order[t]
+        q, i, j = bb[e], ii[e], jj[e]
+        if q != ra or i != ri:
+            for k in range(k_len):
+                row[k] = abs(a[q, i, k])
+            ra, ri = q, i
+        if q != cb or j != cj:
+            for k in range(k_len):
+                col[k] = abs(b[q, k, j])
+            cb, cj = q, j
+        s = 0.0
+        for k in range(k_len):
+            s += row[k] * col[k]
+        out[e] = s
+
+
 def _abs64(a: np.ndarray) -> np.ndarray:
     out: np.ndarray = np.abs(a, dtype=np.float64)
     return out
@@ -128,7 +161,8 @@ class _ProductBound(_NormBound):
     ) -> None:
         a, b, _ = operands
         super().__init__(k, shared, 0, k_sum, (*a.shape[:-1], b.shape[-1]))
-        self._a, self._b, self._c = operands  # (…, m, K), (…, K, n), C or None (float32)
+        # A (…, m, K) and B (…, K, n) in float64, any strides; C float32 or None
+        self._a, self._b, self._c = operands
         self._alpha, self._beta = abs(scalars[0]), abs(scalars[1])
 
     def _c_term(self) -> np.ndarray | None:
@@ -139,8 +173,8 @@ class _ProductBound(_NormBound):
     def _factors(self) -> Outer:
         """``‖A_i‖·‖B_j‖`` (scaled) as rows and columns, and the ``C`` term, over the output
         as ``(B, m, n)`` (``B = 1`` for ``mm``/``addmm``); only where ``α ≠ 0``."""
-        rows = np.sqrt(np.einsum("...ik,...ik->...i", self._a, self._a, dtype=np.float64))
-        cols = np.sqrt(np.einsum("...kj,...kj->...j", self._b, self._b, dtype=np.float64))
+        rows = np.sqrt(np.einsum("...ik,...ik->...i", self._a, self._a))
+        cols = np.sqrt(np.einsum("...kj,...kj->...j", self._b, self._b))
         rows *= self._alpha * self._inflate()
         m, n = self._shape[-2], self._shape[-1]
         return Outer(rows.reshape(-1, m), cols.reshape(-1, n), self._c_term())
@@ -156,22 +190,21 @@ class _ProductBound(_NormBound):
         return ub if c is None else ub + c
 
     def _exact(self, idx: np.ndarray) -> np.ndarray:
-        m, n, kk = self._shape[-2], self._shape[-1], int(self._a.shape[-1])
-        i, j = (idx // n) % m, idx % n
+        m, n = self._shape[-2], self._shape[-1]
         out = np.zeros(idx.size, dtype=np.float64)
-        step = max(1, self._CHUNK_TERMS // max(1, kk))
-        for lo in range(0, idx.size if self._alpha != 0.0 else 0, step):
-            sl = slice(lo, lo + step)
-            if self._a.ndim == 2:
-                rows, cols = self._a[i[sl]], self._b[:, j[sl]].T
-            else:
-                bb = idx[sl] // (m * n)
-                rows, cols = self._a[bb, i[sl]], self._b[bb, :, j[sl]]
-            out[sl] = np.einsum("ck,ck->c", _abs64(rows), _abs64(cols))
-        out *= self._alpha
+        if self._alpha != 0.0 and idx.size:
+            a = self._a.reshape(-1, m, self._a.shape[-1])
+            b = self._b.reshape(-1, self._b.shape[-2], n)
+            bb, i, j = idx // (m * n), (idx // n) % m, idx % n
+            # idx is in (b, i, j) order: a's row is read once per row; where only b is
+            # strided along K, take the elements by column so that b's is read once instead
+            by_col = a.strides[-1] == a.itemsize and b.strides[-2] != b.itemsize
+            order = np.lexsort((i, j, bb)) if by_col else np.arange(idx.size)
+            _product_s_at(a, b, bb, i, j, order, out)
+            out *= self._alpha
         if self._c is not None and self._beta != 0.0:
             c = np.broadcast_to(self._c, self._shape).reshape(-1, m, n)
-            out += self._beta * _abs64(c[idx // (m * n), i, j])
+            out += self._beta * _abs64(c[idx // (m * n), idx // n % m, idx % n])
         return out
 
 
@@ -390,7 +423,15 @@ def _cpu32(*ts: Any) -> bool:
     )
 
 
-def _product(name: str, args: Any, kwargs: Any, k: int, k_sum: int, shared: AbsOp) -> Bound | None:
+def _product(
+    name: str,
+    args: Any,
+    kwargs: Any,
+    k: int,
+    k_sum: int,
+    shared: AbsOp,
+    wide: Mapping[int, torch.Tensor] | None,
+) -> Bound | None:
     if set(kwargs) - {"alpha", "beta"}:
         return None
     nd, has_c = _PRODUCTS[name]
@@ -405,8 +446,14 @@ def _product(name: str, args: Any, kwargs: Any, k: int, k_sum: int, shared: AbsO
         return None
     if x.dim() != nd or y.dim() != nd or x.numel() * int(y.shape[-1]) < MIN_MACS:
         return None
-    operands = (x.detach().numpy(), y.detach().numpy(), None if c is None else c.detach().numpy())
+    operands = (_wide(x, wide), _wide(y, wide), None if c is None else c.detach().numpy())
     return _ProductBound(k, shared, k_sum, operands, (float(alpha), float(beta)))
+
+
+def _wide(t: torch.Tensor, wide: Mapping[int, torch.Tensor] | None) -> np.ndarray:
+    """Float32 ``t`` in float64 (any strides): the caller's copy where ``wide`` has one."""
+    w = None if wide is None else wide.get(id(t))
+    return np.asarray((t.to(_F64) if w is None else w).detach().numpy())
 
 
 def _conv2d(x: Any, w: Any, transposed: Any, conv: tuple[Any, ...]) -> _Geometry | None:
@@ -422,16 +469,24 @@ def _conv2d(x: Any, w: Any, transposed: Any, conv: tuple[Any, ...]) -> _Geometry
 
 
 def norm_bound(
-    name: str, args: Any, kwargs: Any, index: int, k: int, k_sum: int, shared: AbsOp
+    name: str,
+    args: Any,
+    kwargs: Any,
+    index: int,
+    k: int,
+    k_sum: int,
+    shared: AbsOp,
+    wide: Mapping[int, torch.Tensor] | None = None,
 ) -> Bound | None:
     """The norm bound of output ``index`` of a bounded call (SPEC VI §1), or None (then the
     caller's plain :class:`Bound`): CPU float32 ``mm``, ``bmm``, ``addmm``, ``baddbmm`` with
     real scalars, and 2-D ``convolution`` / ``convolution_backward`` that are not
-    transposed, with positional arguments."""
+    transposed, with positional arguments. ``wide``: float64 copies of float32 arguments the
+    caller already made, by ``id`` (a product's norms and flagged sums read them)."""
     if not _switch.on:
         return None
     if name in _PRODUCTS:
-        return _product(name, args, kwargs, k, k_sum, shared)
+        return _product(name, args, kwargs, k, k_sum, shared, wide)
     a = list(args)
     if name == "convolution" and not kwargs and len(a) == 9 and index == 0:
         x, w, b = a[0], a[1], a[2]
