@@ -14,9 +14,10 @@ no scan, no ``S`` and no log, which is not a valid run ("f64"): what the fast ke
 blocking, the norm bounds and the one-pass kernels cost or save, and the floor of computing in
 float64 through the dispatch mode, whatever the rounding rule. A second table
 runs the same intervals under bfloat16 autocast (``train.precision = "bf16"``), against plain
-autocast. Plain, rounded and replay times are the least of ``REPEAT`` runs each (a single run
-moves by 15 % on a shared machine); recorded and replayed runs alternate, so the replay ratio
-compares the same stretch of the machine's load. Every figure is measured in this run, on
+autocast. Plain, rounded and replay times are the least of ``REPEAT`` runs each, more for small
+models (:func:`repeats`; a single run moves by 15 % on a shared machine, a small one by more);
+plain, recorded and replayed runs take turns, so the ratios compare the same stretch of the
+machine's load. Every figure is measured in this run, on
 torch's thread count ``DK_BENCH_THREADS`` (default 1: on a shared machine a second thread
 measures the neighbours more than torch); the
 first step of each run warms up and is not timed. ``--site`` prints instead where one bounded
@@ -33,10 +34,25 @@ from collections.abc import Iterator
 from typing import Any
 
 STEPS = 4
-REPEAT = 3  # plain, rounded and replay intervals: the least CPU time of this many runs
-SIZES = {"lm": [(64, 8), (128, 8), (256, 8), (512, 8)], "resnet": [(8, 16), (16, 32), (32, 32)]}
+# plain, rounded and replay intervals: the least CPU time of at least REPEAT runs each, more
+# for a small model (as many as fit REPEAT_BUDGET seconds of plain training, at most
+# MAX_REPEAT): a small interval's least time needs more draws on a shared machine
+REPEAT, MAX_REPEAT, REPEAT_BUDGET = 3, 12, 0.3
+SIZES = {
+    "lm": [(64, 8), (128, 8), (256, 8), (512, 8), (1024, 8)],
+    "resnet": [(8, 16), (16, 32), (32, 32)],
+}
 TARGETS = {"train": 2.5, "replay": 1.1, "log": 0.01}
 TAUS = (10, 11, 12, 14, 16)  # k of tau = 2^-k: entries per k (from the default k = 10 log)
+
+
+def repeats(plain_cpu: float) -> int:
+    """Runs of each kind for a model whose plain interval takes ``plain_cpu`` CPU seconds.
+
+    >>> repeats(0.6), repeats(0.03), repeats(0.001)
+    (3, 10, 12)
+    """
+    return max(REPEAT, min(MAX_REPEAT, int(REPEAT_BUDGET / max(plain_cpu, 1e-9))))
 
 
 def _timed(built: dict[str, Any], wrap: Any = None, *, warm: bool = True) -> tuple[float, float]:
@@ -57,19 +73,20 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
     from dk.pol.backends.rounded import RoundedMode
 
     cfg = {"seed": 0, "width": width, "batch": batch}
-    plain, plain_cpu = min(
-        (_timed(ex.build(kind, **cfg)) for _ in range(REPEAT)), key=lambda r: r[1]
-    )
-    # recorded and replayed intervals alternate (record, replay, record, …), so that the two
-    # least times come from the same stretch of this shared machine's load
-    runs, replays = [], []
-    for _ in range(REPEAT):
+    # plain, recorded and replayed intervals take turns (plain, record, replay, plain, …), so
+    # that the least times come from the same stretch of this shared machine's load
+    plains, runs, replays = [], [], []
+    n = REPEAT
+    while len(runs) < n:
+        plains.append(_timed(ex.build(kind, **cfg)))
         runs.append(_variant(kind, cfg))
         b2 = ex.build(kind, **cfg)
         ex.train(b2, range(1), lambda: RoundedMode.record(job_id=bytes(32), interval=0))
         rep = RoundedMode.replay(runs[-1][2])
         replays.append(_timed(b2, lambda rep=rep: rep, warm=False))
         rep.finish()
+        n = repeats(plains[0][1])
+    plain, plain_cpu = min(plains, key=lambda r: r[1])
     (rounded, rounded_cpu), rec, log, b = min(runs, key=lambda r: r[0][1])
     blob = log.encode()
     (fixed_s, fixed_cpu), _, fixed_log, _ = _variant(kind, cfg, bounded=False)  # version 2
@@ -86,7 +103,7 @@ def measure(kind: str, width: int, batch: int) -> dict[str, float]:
     with elementwise.off():  # split operations as torch chains
         chains = _variant(kind, cfg)[0]
     with _cast_only():  # float64 (kernels64, blocked sums) and a cast: no scan, no S
-        cast = min((_variant(kind, cfg)[0] for _ in range(REPEAT)), key=lambda r: r[1])
+        cast = min((_variant(kind, cfg)[0] for _ in range(n)), key=lambda r: r[1])
     replay, replay_cpu = min(replays, key=lambda r: r[1])
     t_units = [1 << (29 - k) for k in TAUS]
     dist = rec.distances()  # the entries' boundary distances at the default k

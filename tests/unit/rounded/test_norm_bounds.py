@@ -89,12 +89,18 @@ def _cases() -> list[Case]:
     bc = _operands(g, 1, 17, 23)
     kw, bkw = {"beta": -0.5, "alpha": 3.0}, {"beta": 2.0, "alpha": -0.25}
     p = torch.randn(8, 4096, generator=g)  # S of p·pᵀ's diagonal is Cauchy–Schwarz's bound
+    # A transposed with B contiguous (flagged elements taken by column); a batch whose
+    # matrices are not C-contiguous (row stride 3·29): copied before the norms
+    at, bk = _operands(g, 53, 37).t(), _operands(g, 53, 61)
+    bs = _operands(g, 17, 3, 29).transpose(0, 1)
     return [
         ("mm", aten.mm.default, (a, b), {}, 0, "_ProductBound"),
         ("mm parallel rows", aten.mm.default, (p, p.t()), {}, 0, "_ProductBound"),
         ("addmm bias", aten.addmm.default, (c_row, a, b), {}, 0, "_ProductBound"),
         ("addmm scaled", aten.addmm.default, (c_full, a, b), kw, 0, "_ProductBound"),
+        ("mm transposed a", aten.mm.default, (at, bk), {}, 0, "_ProductBound"),
         ("bmm", aten.bmm.default, (ba, bb), {}, 0, "_ProductBound"),
+        ("bmm strided batch", aten.bmm.default, (bs, bb), {}, 0, "_ProductBound"),
         ("baddbmm", aten.baddbmm.default, (bc, ba, bb), bkw, 0, "_ProductBound"),
         ("baddbmm bias", aten.baddbmm.default, (bc[0, 0], ba, bb), bkw, 0, "_ProductBound"),
         *_conv_cases(g),

@@ -20,7 +20,6 @@ summed in blocks (``blocked.py``, SPEC VI §1) put their blocked term count ``K'
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -183,15 +182,11 @@ def _term_counts(name: str, args: Any, kwargs: Any, outs: list[Any]) -> list[int
     return [None] * len(outs)
 
 
-def site_bounds(
-    func: Any, args: Any, kwargs: Any, out: Any, wide: Mapping[int, torch.Tensor] | None = None
-) -> dict[int, Bound]:
+def site_bounds(func: Any, args: Any, kwargs: Any, out: Any) -> dict[int, Bound]:
     """The bounds of a covered call's float64 outputs, keyed by ``id`` (SPEC VI §2).
 
-    ``args``/``kwargs`` are the caller's float32 arguments, ``out`` the float64 result,
-    ``wide`` the float64 copies of float32 arguments the caller made, by ``id`` (reused, not
-    made again). Empty for an operation without a bound or with written (``out=``, in-place)
-    arguments.
+    ``args``/``kwargs`` are the caller's float32 arguments, ``out`` the float64 result. Empty
+    for an operation without a bound or with written (``out=``, in-place) arguments.
     """
     name = func.overloadpacket.__name__
     if name not in BOUNDED_OPS or any(
@@ -210,9 +205,7 @@ def site_bounds(
     for i, (o, k, kb) in enumerate(zip(outs, ks, kbs, strict=False)):
         if isinstance(o, torch.Tensor) and k is not None and 0 < k <= K_MAX:
             assert kb is not None
-            res[id(o)] = norm_bound(name, args, kwargs, i, k, kb, shared, wide) or Bound(
-                k, shared, i, kb
-            )
+            res[id(o)] = norm_bound(name, args, kwargs, i, k, kb, shared) or Bound(k, shared, i, kb)
     return res
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from typing import Any
 
 import numba
@@ -107,7 +106,8 @@ class _NormBound(Bound, ABC):
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _product_s_at(a, b, bb, ii, jj, order, out):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
     """``out[e] = Σ_k |a[bb_e, ii_e, k]|·|b[bb_e, k, jj_e]|`` for each element ``e``, taken in
-    ``order``; ``a`` is ``(B, m, K)``, ``b`` ``(B, K, n)``, float64, any strides.
+    ``order``; ``a`` is ``(B, m, K)``, ``b`` ``(B, K, n)``, float32 (or float64), any strides;
+    the terms are exact products in float64.
 
     The row of ``a`` and the column of ``b`` are copied (as absolute values) into contiguous
     buffers only when they change from one element to the next, so an order that keeps one of
@@ -133,6 +133,47 @@ def _product_s_at(a, b, bb, ii, jj, order, out):  # type: ignore[no-untyped-def]
         for k in range(k_len):
             s += row[k] * col[k]
         out[e] = s
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _rows_sq(x, out):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
+    """``out[r] = Σ_c x[r, c]²`` in float64 of a C-contiguous ``(R, C)`` array (reassociated:
+    one vectorised loop, within ``C·2^-53`` of exact)."""
+    for r in range(x.shape[0]):
+        s = 0.0
+        for c in range(x.shape[1]):
+            t = np.float64(x[r, c])
+            s += t * t
+        out[r] = s
+
+
+@numba.njit(cache=True, nogil=True)
+def _cols_sq(x, out):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
+    """``out[b, c] += Σ_r x[b, r, c]²`` in float64 of a C-contiguous ``(B, R, C)`` array (rows
+    added in order, each a vectorised loop over the columns)."""
+    for b in range(x.shape[0]):
+        for r in range(x.shape[1]):
+            for c in range(x.shape[2]):
+                t = np.float64(x[b, r, c])
+                out[b, c] += t * t
+
+
+def _squares(x: np.ndarray, over: int) -> np.ndarray:
+    """``Σ x²`` in float64 over axis ``over`` (-1 or -2) of a float32 ``(…, R, C)`` array: shape
+    ``(…, R)`` or ``(…, C)``. One pass reading float32 (half of a float64 copy's bytes); a
+    transposed matrix is read in its own memory order, anything else not C-contiguous is
+    copied first."""
+    if x.strides[-1] != x.itemsize and x.strides[-2] == x.itemsize:
+        x, over = x.swapaxes(-1, -2), -3 - over  # its memory order: the other axis
+    shape = x.shape[:-1] if over == -1 else (*x.shape[:-2], x.shape[-1])
+    x3 = np.ascontiguousarray(x).reshape(-1, x.shape[-2], x.shape[-1])
+    if over == -1:
+        out = np.empty(x3.shape[0] * x3.shape[1])
+        _rows_sq(x3.reshape(-1, x3.shape[2]), out)
+    else:
+        out = np.zeros((x3.shape[0], x3.shape[2]))
+        _cols_sq(x3, out)
+    return out.reshape(shape)
 
 
 def _abs64(a: np.ndarray) -> np.ndarray:
@@ -161,8 +202,7 @@ class _ProductBound(_NormBound):
     ) -> None:
         a, b, _ = operands
         super().__init__(k, shared, 0, k_sum, (*a.shape[:-1], b.shape[-1]))
-        # A (…, m, K) and B (…, K, n) in float64, any strides; C float32 or None
-        self._a, self._b, self._c = operands
+        self._a, self._b, self._c = operands  # (…, m, K), (…, K, n), C or None (float32)
         self._alpha, self._beta = abs(scalars[0]), abs(scalars[1])
 
     def _c_term(self) -> np.ndarray | None:
@@ -173,8 +213,7 @@ class _ProductBound(_NormBound):
     def _factors(self) -> Outer:
         """``‖A_i‖·‖B_j‖`` (scaled) as rows and columns, and the ``C`` term, over the output
         as ``(B, m, n)`` (``B = 1`` for ``mm``/``addmm``); only where ``α ≠ 0``."""
-        rows = np.sqrt(np.einsum("...ik,...ik->...i", self._a, self._a))
-        cols = np.sqrt(np.einsum("...kj,...kj->...j", self._b, self._b))
+        rows, cols = np.sqrt(_squares(self._a, -1)), np.sqrt(_squares(self._b, -2))
         rows *= self._alpha * self._inflate()
         m, n = self._shape[-2], self._shape[-1]
         return Outer(rows.reshape(-1, m), cols.reshape(-1, n), self._c_term())
@@ -423,15 +462,7 @@ def _cpu32(*ts: Any) -> bool:
     )
 
 
-def _product(
-    name: str,
-    args: Any,
-    kwargs: Any,
-    k: int,
-    k_sum: int,
-    shared: AbsOp,
-    wide: Mapping[int, torch.Tensor] | None,
-) -> Bound | None:
+def _product(name: str, args: Any, kwargs: Any, k: int, k_sum: int, shared: AbsOp) -> Bound | None:
     if set(kwargs) - {"alpha", "beta"}:
         return None
     nd, has_c = _PRODUCTS[name]
@@ -446,14 +477,8 @@ def _product(
         return None
     if x.dim() != nd or y.dim() != nd or x.numel() * int(y.shape[-1]) < MIN_MACS:
         return None
-    operands = (_wide(x, wide), _wide(y, wide), None if c is None else c.detach().numpy())
+    operands = (x.detach().numpy(), y.detach().numpy(), None if c is None else c.detach().numpy())
     return _ProductBound(k, shared, k_sum, operands, (float(alpha), float(beta)))
-
-
-def _wide(t: torch.Tensor, wide: Mapping[int, torch.Tensor] | None) -> np.ndarray:
-    """Float32 ``t`` in float64 (any strides): the caller's copy where ``wide`` has one."""
-    w = None if wide is None else wide.get(id(t))
-    return np.asarray((t.to(_F64) if w is None else w).detach().numpy())
 
 
 def _conv2d(x: Any, w: Any, transposed: Any, conv: tuple[Any, ...]) -> _Geometry | None:
@@ -469,24 +494,16 @@ def _conv2d(x: Any, w: Any, transposed: Any, conv: tuple[Any, ...]) -> _Geometry
 
 
 def norm_bound(
-    name: str,
-    args: Any,
-    kwargs: Any,
-    index: int,
-    k: int,
-    k_sum: int,
-    shared: AbsOp,
-    wide: Mapping[int, torch.Tensor] | None = None,
+    name: str, args: Any, kwargs: Any, index: int, k: int, k_sum: int, shared: AbsOp
 ) -> Bound | None:
     """The norm bound of output ``index`` of a bounded call (SPEC VI §1), or None (then the
     caller's plain :class:`Bound`): CPU float32 ``mm``, ``bmm``, ``addmm``, ``baddbmm`` with
     real scalars, and 2-D ``convolution`` / ``convolution_backward`` that are not
-    transposed, with positional arguments. ``wide``: float64 copies of float32 arguments the
-    caller already made, by ``id`` (a product's norms and flagged sums read them)."""
+    transposed, with positional arguments."""
     if not _switch.on:
         return None
     if name in _PRODUCTS:
-        return _product(name, args, kwargs, k, k_sum, shared, wide)
+        return _product(name, args, kwargs, k, k_sum, shared)
     a = list(args)
     if name == "convolution" and not kwargs and len(a) == 9 and index == 0:
         x, w, b = a[0], a[1], a[2]

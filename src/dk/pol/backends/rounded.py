@@ -299,7 +299,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         else:
             out = self._float64(func, uargs, ukwargs)
         name = func.__name__
-        bounds = site_bounds(func, args, kwargs, out, up) if self.bounded else {}
+        bounds = site_bounds(func, args, kwargs, out) if self.bounded else {}
         written: dict[int, torch.Tensor] = {}
         for t in _written_args(func, args, kwargs):
             if _is_float(t) and id(t) in up:
