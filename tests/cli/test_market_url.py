@@ -121,3 +121,22 @@ def test_refusals_keep_their_codes_over_http(server: tuple[str, Path]) -> None:
     assert (r.returncode == 1 and "UNKNOWN_ORDER" in r.stderr) or "NOT_OWNER" in r.stderr
     r = dk("market", "show", "--url", "http://127.0.0.1:9", "o1", check=False)
     assert r.returncode == 69 and "unreachable" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("bad", ["notaurl", "127.0.0.1:8765", "ftp://127.0.0.1:21", "http://"])
+def test_a_url_that_names_no_server_is_a_usage_error(bad: str) -> None:
+    """Not a server that failed to answer (69): a command line to fix (2), one line."""
+    r = dk("market", "show", "--url", bad, "o1", check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "is not a market server's URL" in r.stderr
+
+
+def test_serve_on_a_busy_port_is_one_line(server: tuple[str, Path], tmp_path: Path) -> None:
+    """The running server's port: refused before the ledger is touched, exit 2, no traceback."""
+    url, tmp = server
+    port = url.rsplit(":", 1)[1]
+    db = tmp_path / "other.db"
+    r = dk("market", "serve", "--db", db, "--port", port, check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "choose another --port" in r.stderr
+    assert not db.exists() and not (tmp_path / "other.db.d").exists()

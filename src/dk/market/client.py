@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from dk.crypto.canonical_json import canonical_json
-from dk.errors import DkError, FormatError, ServiceUnavailable
+from dk.errors import DkError, FormatError, ServiceUnavailable, UsageError
 from dk.market.errors import MarketRefused
 from dk.market.transfer import pack_bundle
 
@@ -26,6 +27,9 @@ class RemoteMarket:
         url: the server's base URL, e.g. ``http://127.0.0.1:8765``.
         market_id: if given, the server must run this market (else ``WRONG_MARKET``).
         timeout: seconds per request (verification can take a while).
+
+    Raises:
+        UsageError: ``url`` is not an ``http://`` or ``https://`` URL with a host.
     """
 
     def __init__(
@@ -33,6 +37,9 @@ class RemoteMarket:
     ) -> None:
         import httpx
 
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise UsageError(f"--url {url!r} is not a market server's URL (http://host:port)")
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=timeout)
         try:

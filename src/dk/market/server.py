@@ -22,10 +22,12 @@ a server verifies only jobs it can load itself.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import queue
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dk.errors import BackendUnavailable, DkError, FormatError
+from dk.errors import BackendUnavailable, DkError, FormatError, UsageError
 from dk.market.errors import MarketRefused
 from dk.market.market import Market
 from dk.market.requests import MAX_REQUEST, parse_request
@@ -836,7 +838,12 @@ def serve(
     from dk.market.store import is_url
 
     default_state = Path("market-state") if is_url(db) else Path(f"{db}.d")
-    service = MarketService(db, state_dir=state_dir or default_state)
+    sock = _listen(host, port)  # before the ledger is opened: a busy port changes nothing
+    try:
+        service = MarketService(db, state_dir=state_dir or default_state)
+    except BaseException:
+        sock.close()
+        raise
     config = uvicorn.Config(
         create_app(service),
         host=host,
@@ -850,7 +857,7 @@ def serve(
     server = uvicorn.Server(config)
 
     async def main() -> None:
-        task = asyncio.create_task(server.serve())
+        task = asyncio.create_task(server.serve(sockets=[sock]))
         while not server.started and not task.done():
             await asyncio.sleep(0.01)
         if ready is not None and server.started:
@@ -861,6 +868,27 @@ def serve(
         _run_loop(main())
     finally:
         service.close()
+        sock.close()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``(host, port)`` and listening, bound as uvicorn binds one (IPv6 where
+    ``host`` has a colon).
+
+    Raises:
+        UsageError: the address cannot be bound (in use, not this machine's, no permission).
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except (OSError, OverflowError) as e:
+        sock.close()
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        hint = "; choose another --port" if getattr(e, "errno", None) == errno.EADDRINUSE else ""
+        raise UsageError(f"cannot listen on {host}:{port}: {why}{hint}") from None
+    return sock
 
 
 def _run_loop(main: Any) -> None:
