@@ -93,6 +93,8 @@ def train_on_ray(
 
     Raises:
         BackendUnavailable: Ray is not installed.
+        FormatError: (``address="local"``) a rank's key is missing or not a secret key; Ray is
+            not started.
         RankDied: an actor died or a rank failed; the run is incomplete.
     """
     try:
@@ -108,6 +110,11 @@ def train_on_ray(
         raise DkError(f"--world-size {world_size}, the job's train.world_size is {w}")
     if w < 2:
         raise DkError("the job has train.world_size = 1: train it without --ray")
+    if address == "local":  # every rank on this machine: its keys are here, read them first
+        from dk.crypto.keys import load_signing_key
+
+        for r in range(w):
+            load_signing_key(rank_key_path(key_dir, r))
     ensure_ray(ray, address, num_cpus)
     env = {"OMP_NUM_THREADS": "1", "NUMBA_NUM_THREADS": os.environ.get("NUMBA_NUM_THREADS", "1")}
     gpus = 1 if str(job.train.get("device", "cpu")).startswith("cuda") else 0  # NCCL ranks

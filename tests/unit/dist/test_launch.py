@@ -134,3 +134,36 @@ def test_ray_actors_w2_are_the_same_run(tmp_path: Path, simulated: dict[str, Any
         assert not (tmp_path / "run2" / "run.json").exists()
     finally:
         ray.shutdown()
+
+
+def test_ray_local_with_a_missing_key_stops_before_ray_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`dk train --ray local` with rank 1's key missing: one line, exit 3, and Ray is never
+    started (it was started first, and the failure came back from an actor as a traceback)."""
+    pytest.importorskip("ray")
+    from dk.dist import ray_launch
+    from dk.errors import FormatError
+
+    job, job_file, keys = _setup(tmp_path)
+    (keys / "rank1.key").unlink()
+
+    def started(*a: Any) -> None:
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(ray_launch, "ensure_ray", started)
+    with pytest.raises(FormatError, match=r"rank1\.key"):
+        ray_launch.train_on_ray(job, tmp_path / "run", key_dir=keys, address="local")
+    (keys / "rank1.key").write_text("not a key\n")
+    with pytest.raises(FormatError, match=r"rank1\.key"):
+        ray_launch.train_on_ray(job, tmp_path / "run", key_dir=keys, address="local")
+    cmd = ["train", str(job_file), "--out", str(tmp_path / "r"), "--ray", "local"]
+    r = subprocess.run(
+        [sys.executable, "-m", "dk.cli", *cmd, "--key-dir", str(keys)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=120,
+    )
+    assert r.returncode == 3, r.stderr
+    assert r.stderr.count("\n") == 1 and "rank1.key" in r.stderr
