@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -320,3 +322,53 @@ def test_job_tau_is_hashed_and_only_for_rounded_jobs() -> None:
     assert "rounding_tau_log2" not in torch_copy.pol
     with pytest.raises(FormatError):
         parse_job(dims + "[pol]\nbackend = 'torch'\nrounding_tau_log2 = 12\n")
+
+
+def test_dispatch_is_not_wrapped_for_dynamo() -> None:
+    """Every ATen call reaches ``__torch_dispatch__`` directly: no ``torch._dynamo.disable``
+    frames per call, and a rounded product in a fresh process imports no ``torch._dynamo``."""
+    assert not hasattr(RoundedMode.__dict__["__torch_dispatch__"], "__wrapped__")
+    code = (
+        "import sys, torch\n"
+        "from dk.pol.backends.rounded import RoundedMode\n"
+        "m = RoundedMode.record(job_id=bytes(32), interval=0)\n"
+        "with m:\n"
+        "    y = torch.ones(3, 4) @ torch.ones(4, 2)\n"
+        "assert m.finish().sites == 1\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_leaves_and_rebuilt_agree_with_pytree() -> None:
+    """The dispatch path's own flatten opens what ``torch.utils._pytree`` opens in ATen calls
+    (tuples, lists, dicts, named tuples, torch's structseqs) in the same order, and rebuilds the
+    same structure around new leaves."""
+    from collections import namedtuple
+
+    from torch.utils._pytree import tree_flatten, tree_unflatten
+
+    from dk.pol.backends.rounded import _leaves, _rebuilt
+
+    pair = namedtuple("pair", "a b")
+    t = [torch.full((2,), float(i)) for i in range(6)]
+    maxed = torch.ones(2, 3).max(1)  # a structseq (values, indices)
+    cases = [
+        (t[0], t[1]),
+        ((t[0], t[1], None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1), {"alpha": 2}),
+        ([t[0], [t[1], (t[2], {"x": t[3]})]], {"out": pair(t[4], t[5]), "dtype": torch.float32}),
+        maxed,
+        t[0],
+        (),
+    ]
+    for x in cases:
+        leaves, spec = tree_flatten(x)
+        assert [id(v) for v in _leaves(x)] == [id(v) for v in leaves]
+        new = [v * 2 if isinstance(v, torch.Tensor) else v for v in leaves]
+        mine, theirs = _rebuilt(x, iter(new)), tree_unflatten(new, spec)
+        assert type(mine) is type(theirs)
+        assert tree_flatten(mine)[1] == spec
+        assert [id(v) for v in tree_flatten(mine)[0]] == [id(v) for v in new]

@@ -27,13 +27,12 @@ tensor.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from dk.crypto.hashing import tagged_hash
 from dk.errors import FormatError
@@ -181,6 +180,16 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             self._log = log
 
     @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """False: :meth:`__torch_dispatch__` runs as written, not wrapped in
+        ``torch._dynamo.disable`` (torch's default for dispatch modes, read once, when the class
+        is made). The wrapper costs two Python frames and a frame-evaluation switch on every
+        ATen call, several microseconds each (a tenth of a small model's plain training time
+        per step), and imports ``torch._dynamo`` on the first one. dk runs rounded training
+        eagerly: nothing of it is traced by Dynamo."""
+        return False
+
+    @classmethod
     def record(
         cls, *, job_id: bytes, interval: int, tau_log2: int = DEFAULT_TAU_LOG2
     ) -> RoundedMode:
@@ -257,14 +266,14 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                     return decomposition_table[func](*args, **kwargs)
             if kind == op_tables.RANDOM:  # CPU generators fill serially (SPEC VI §1)
                 out = _random(func, args, kwargs)
-                if any(t.device.type != "cpu" for t in tree_flatten(out)[0] if _is_float(t)):
+                if any(t.device.type != "cpu" for t in _leaves(out) if _is_float(t)):
                     raise UnsupportedOp(f"rounded backend: {func} off the CPU (SPEC VI §1)")
                 return out
             # not in the tables: allowed only when no floating tensor goes in or comes out
-            if any(_is_float(t) for t in tree_flatten((args, kwargs))[0]):
+            if any(_is_float(t) for t in _leaves((args, kwargs))):
                 raise UnsupportedOp(op_tables.unsupported_message(func))
             out = func(*args, **kwargs)
-            if any(_is_float(t) for t in tree_flatten(out)[0]):
+            if any(_is_float(t) for t in _leaves(out)):
                 raise UnsupportedOp(op_tables.unsupported_message(func))
             return out
         except FormatError as e:
@@ -272,7 +281,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             raise
 
     def _covered(self, func: Any, args: Any, kwargs: Any) -> Any:
-        flat, spec = tree_flatten((args, kwargs))
+        flat = _leaves((args, kwargs))
         up: dict[int, torch.Tensor] = {}
         new: list[Any] = []
         low = False  # a bfloat16 input (autocast): the outputs' dtypes come from torch (meta)
@@ -293,7 +302,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             else:
                 new.append(a)
         dtypes = _meta_dtypes(func, args, kwargs) if low else None
-        uargs, ukwargs = tree_unflatten(new, spec)
+        uargs, ukwargs = _rebuilt((args, kwargs), iter(new))
         if self.bounded and blocked.applies(func, ukwargs):  # SPEC VI §1, blocked sums
             out = blocked.run(func, uargs, self._float64, self.fast_kernels)
         else:
@@ -306,7 +315,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                 with torch.no_grad():
                     t.copy_(self.round_site(up[id(t)], name, dtype=t.dtype))
                 written[id(up[id(t)])] = t
-        out_flat, out_spec = tree_flatten(out)
+        out_flat = _leaves(out)
         res = []
         for i, o in enumerate(out_flat):
             if isinstance(o, torch.Tensor) and id(o) in written:
@@ -316,7 +325,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                 res.append(self.round_site(o, name, bounds.get(id(o)), dtype=dt))
             else:
                 res.append(o)
-        return tree_unflatten(res, out_spec)
+        return _rebuilt(out, iter(res))
 
     def _float64(self, func: Any, args: Any, kwargs: Any) -> Any:
         """One float64 call: ``kernels64`` for bounded sites on the CPU, else ATen."""
@@ -570,6 +579,36 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         return [d for _, _, _, dist in self._rec for d in dist.tolist()]
 
 
+def _leaves(x: Any, out: list[Any] | None = None) -> list[Any]:
+    """The leaves of an ATen call's arguments or results (tensors, numbers, dtypes, None, …)
+    in order, opening tuples (named ones too), lists and dicts, as ``torch.utils._pytree``
+    does for these: a few times faster on the dispatch path, which calls it for every
+    covered operation."""
+    out = [] if out is None else out
+    if isinstance(x, list | tuple):
+        for y in x:
+            _leaves(y, out)
+    elif isinstance(x, dict):
+        for y in x.values():
+            _leaves(y, out)
+    else:
+        out.append(x)
+    return out
+
+
+def _rebuilt(x: Any, new: Iterator[Any]) -> Any:
+    """``x`` with its leaves (:func:`_leaves`' order) replaced by the next items of ``new``."""
+    if isinstance(x, list | tuple):
+        items = [_rebuilt(y, new) for y in x]
+        kind = type(x)
+        if kind is tuple or kind is list:
+            return kind(items)
+        return kind(*items) if hasattr(kind, "_fields") else kind(items)  # namedtuple, structseq
+    if isinstance(x, dict):
+        return {k: _rebuilt(v, new) for k, v in x.items()}
+    return next(new)
+
+
 _EMPTY = np.empty(0, dtype=np.int64)
 _EMPTY_B = np.empty(0, dtype=bool)
 
@@ -656,12 +695,12 @@ def _meta_dtypes(func: Any, args: Any, kwargs: Any) -> list[torch.dtype | None]:
             f"rounded backend: {func} on bfloat16 has no meta kernel to give its output dtypes "
             "(SPEC VI §1)"
         ) from e
-    return [o.dtype if isinstance(o, torch.Tensor) else None for o in tree_flatten(out)[0]]
+    return [o.dtype if isinstance(o, torch.Tensor) else None for o in _leaves(out)]
 
 
 def _off_cpu(args: Any) -> bool:
     """Whether a floating tensor among ``args`` lives off the CPU."""
-    return any(_is_float(t) and t.device.type != "cpu" for t in tree_flatten(args)[0])
+    return any(_is_float(t) and t.device.type != "cpu" for t in _leaves(args))
 
 
 def _f32_scalar(x: float, like: torch.Tensor) -> torch.Tensor:
