@@ -127,9 +127,13 @@ class AbsOp:
                 akwargs["dtype"] = dt
             out = self.func(*aargs, **akwargs)
             outs = list(out) if isinstance(out, tuple | list) else [out]
+            # SPEC VI §1: S without overflow (float32 past 2^128: again in float64). S is a
+            # sum of absolute values, so its elements are finite if their total is (a total
+            # past the float32 range alone also sends the call to float64, which §1 allows);
+            # one sum is several times cheaper than isfinite's mask
             if dt != torch.float64 and not all(
-                bool(torch.isfinite(t).all()) for t in outs if isinstance(t, torch.Tensor)
-            ):  # SPEC VI §1: S without overflow (float32 past 2^128: again in float64)
+                math.isfinite(float(t.sum())) for t in outs if isinstance(t, torch.Tensor)
+            ):
                 self.dtype = torch.float64
                 self._out = None
                 return self.tensor(index)
@@ -182,16 +186,24 @@ def _term_counts(name: str, args: Any, kwargs: Any, outs: list[Any]) -> list[int
     return [None] * len(outs)
 
 
+_BOUNDED: dict[Any, str | None] = {}  # operation -> its name where site_bounds bounds it
+
+
 def site_bounds(func: Any, args: Any, kwargs: Any, out: Any) -> dict[int, Bound]:
     """The bounds of a covered call's float64 outputs, keyed by ``id`` (SPEC VI §2).
 
     ``args``/``kwargs`` are the caller's float32 arguments, ``out`` the float64 result. Empty
     for an operation without a bound or with written (``out=``, in-place) arguments.
     """
-    name = func.overloadpacket.__name__
-    if name not in BOUNDED_OPS or any(
-        a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments
-    ):
+    name = _BOUNDED.get(func, "")
+    if name == "":  # once per operation: its name, or None (not bounded, or it writes)
+        name = func.overloadpacket.__name__
+        if name not in BOUNDED_OPS or any(
+            a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments
+        ):
+            name = None
+        _BOUNDED[func] = name
+    if name is None:
         return {}
     outs = list(out) if isinstance(out, tuple | list) else [out]
     ks = _term_counts(name, args, kwargs, outs)
