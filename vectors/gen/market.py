@@ -614,6 +614,19 @@ def _roles_cases(add: Any) -> None:
         forged("settle", stake_elsewhere, released),
         "PAYEE_MISMATCH",
     )
+
+    def change_elsewhere(b: dict[str, Any]) -> None:
+        for mv in b["moves"]:
+            if mv[0].startswith("escrow:"):
+                mv[1] = "acct:" + "ee" * 32
+
+    add(
+        "a match that pays the escrow's change to another account than the consumer",
+        forged(
+            "match", change_elsewhere, lambda b: any(m[0].startswith("escrow:") for m in b["moves"])
+        ),
+        "PAYEE_MISMATCH",
+    )
     add(
         "a transfer that takes money out of the treasury",
         forged(

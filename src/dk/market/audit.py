@@ -84,6 +84,9 @@ class _Auditor:
         self.book = TreasuryBook()
         self.profiles: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.whistles: dict[str, str] = {}  # whistle id -> order id
+        # holder -> the account that paid into it (escrows, bid stakes, bonds, deposits): where
+        # a cancellation, a match's change or a voided claim returns it (SPEC V §6)
+        self.owners: dict[str, str] = {}
         self.moves: list[Any] = []
         self.at = 0  # the current event's time (the market's clock)
         self.cluster = ClusterAudit()  # SPEC V §14.6
@@ -147,6 +150,9 @@ class _Auditor:
 
     def effects(self, seq: int, kind: str, signer: str | None, data: dict[str, Any]) -> None:
         oid = cast(str, data.get("order_id"))  # every kind that uses it carries one
+        paid_in = _PAID_IN.get(kind)
+        if paid_in is not None and signer is not None:
+            self.owners[paid_in(data)] = signer
         if kind in ROLE_CHECKS:
             ROLE_CHECKS[kind](self, seq, oid, signer, data)
         if kind == "order":
@@ -298,6 +304,14 @@ def _profile(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str
 def _match(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
     o = a.orders[oid]
     o["price"] = int(data["price"])
+    # the change of the escrow back to the consumer, the bid's stake into the order's (one
+    # worker) or its ranks' (a cluster), profile deposits back to their validators or
+    # forfeited to the treasury (the forfeits: TOLERANCE_MISMATCH below)
+    _returned(a, seq, {f"escrow:{oid}", *_profile_deposits(a, oid)}, also={TREASURY})
+    for src, dst, _ in a.moves:
+        if str(src).startswith("stake:b") and dst != f"stake:{oid}":
+            if not str(dst).startswith(f"stake:{oid}:r"):
+                a.bad(seq, f"PAYEE_MISMATCH: the stake of {src[6:]} moved to {dst[:24]}")
     forfeits = {
         m[0].removeprefix("pdeposit:")
         for m in a.moves
@@ -366,6 +380,55 @@ def _resolve_whistle(
             a.bad(seq, f"WHISTLE_PAYOUT: the deposit of the false whistle {wid} was not forfeited")
 
 
+def _returned(a: _Auditor, seq: int, holders: Iterable[str], also: Iterable[str] = ()) -> None:
+    """SPEC V §6: what leaves ``holders`` goes back to the account that paid it in (or to a
+    holder in ``also``)."""
+    held, others = set(holders), set(also)
+    for src, dst, _ in a.moves:
+        if src in held and dst not in others and dst != f"acct:{a.owners.get(src)}":
+            a.bad(seq, f"PAYEE_MISMATCH: {src[:24]} paid to {dst[:21]}, not to who paid it in")
+
+
+def _profile_deposits(a: _Auditor, oid: str) -> list[str]:
+    return [f"pdeposit:{p['id']}" for p in a.profiles[oid]]
+
+
+def _cancel_order(
+    a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]
+) -> None:
+    _returned(a, seq, {f"escrow:{oid}", *_profile_deposits(a, oid)})
+
+
+def _cancel_bid(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
+    _returned(a, seq, {f"stake:{data['bid_id']}"})
+
+
+def _resolve(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, Any]) -> None:
+    """A failed challenge's bond to the worker; an upheld one's back to its challenger, with
+    the escrow to the consumer, the stake (one worker; a cluster's ranks: the cluster audit)
+    and the attesters' stakes to the challenger, the order's other bonds and open whistle
+    deposits back to who posted them (SPEC V §6, §10)."""
+    cid = f"bond:{data['challenge_id']}"
+    o = a.orders[oid]
+    if not data.get("upheld"):
+        for src, dst, _ in a.moves:
+            if src != cid or dst != f"acct:{o.get('worker')}":
+                a.bad(seq, f"PAYEE_MISMATCH: a failed challenge paid {src[:24]} to {dst[:21]}")
+        return
+    challenger = f"acct:{a.owners.get(cid)}"
+    for src, dst, _ in a.moves:
+        if src == f"escrow:{oid}":
+            ok = dst == f"acct:{o['consumer']}"
+        elif src == f"stake:{oid}" or str(src).startswith(("vstake:", f"stake:{oid}:r")):
+            ok = dst == challenger or str(src).startswith(f"stake:{oid}:r")
+        elif str(src).startswith(("bond:", "wdeposit:")):
+            ok = dst == f"acct:{a.owners.get(src)}"
+        else:
+            ok = False
+        if not ok:
+            a.bad(seq, f"PAYEE_MISMATCH: an upheld challenge paid {src[:24]} to {dst[:21]}")
+
+
 def _payees(a: _Auditor, seq: int, oid: str, escrow_to: str, stake_to: str | None) -> None:
     """SPEC V §6: who an order's escrow and stake go to (``stake_to`` None: it holds none)."""
     for src, dst, _ in a.moves:
@@ -416,8 +479,20 @@ def _settle(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str,
         a.bad(seq, f"FEE_MISMATCH: the release of {oid} does not pay price and fee as locked")
 
 
+# where each kind's request pays into a holder of its own: holder name from the event's data
+_PAID_IN = {
+    "order": lambda d: f"escrow:{d['order_id']}",
+    "bid": lambda d: f"stake:{d['bid_id']}",
+    "challenge": lambda d: f"bond:{d['challenge_id']}",
+    "whistle": lambda d: f"wdeposit:{d['whistle_id']}",
+    "profile": lambda d: f"pdeposit:{d['profile_id']}",
+}
+
 ROLE_CHECKS = {
     "profile": _profile,
+    "cancel_order": _cancel_order,
+    "cancel_bid": _cancel_bid,
+    "resolve": _resolve,
     "match": _match,
     "verify": _verify,
     "accept": _accept,

@@ -153,3 +153,61 @@ def test_audit_refolds_who_is_paid_and_when(world: World, pick: Any, edit: Any, 
     _tamper(w, pick, edit)
     problems = w.m.audit(check_bls=False).problems
     assert any(code in p for p in problems), problems
+
+
+def _kind(kind: str, upheld: bool | None = None) -> Any:
+    return lambda b: b["kind"] == kind and (upheld is None or b["data"].get("upheld") is upheld)
+
+
+@pytest.mark.parametrize(
+    ("pick", "edit"),
+    [
+        (_kind("cancel_order"), _redirect("escrow:")),
+        (_kind("cancel_bid"), _redirect("stake:")),
+        (_kind("match"), _redirect("escrow:")),
+        (_kind("match"), _redirect("stake:")),
+        (_kind("resolve", upheld=False), _redirect("bond:")),
+        (_kind("resolve", upheld=True), _redirect("escrow:")),
+        (_kind("resolve", upheld=True), _redirect("stake:")),
+        (_kind("resolve", upheld=True), _redirect("bond:")),
+        (_kind("resolve", upheld=True), _redirect("vstake:")),
+    ],
+    ids=[
+        "cancel-escrow",
+        "cancel-bid-stake",
+        "match-change",
+        "match-stake",
+        "failed-challenge-bond",
+        "upheld-escrow",
+        "upheld-stake",
+        "upheld-bond",
+        "upheld-attesters",
+    ],
+)
+def test_audit_refolds_refunds_and_challenge_payees(world: World, pick: Any, edit: Any) -> None:
+    """SPEC V §6, §8: a cancellation returns the escrow or stake to who paid it in, a match
+    its change to the consumer and the bid's stake into the order, a failed challenge its bond
+    to the worker, an upheld one the escrow to the consumer and the bond, the worker's and the
+    attesters' stakes to the challenger. A re-hashed ledger paying any of them to a third
+    account audited clean before (these payees were not refolded)."""
+    w = world
+    oid = w.do(
+        "consumer",
+        "order",
+        job_id=w.job.job_id.hex(),
+        max_price=100,
+        min_stake=0,
+        deadline=T0 + 1000,
+    )["order_id"]
+    w.do("consumer", "cancel_order", order_id=oid)
+    bid = w.do("worker", "bid", price=80, capacity=1, stake=60)["bid_id"]
+    w.do("worker", "cancel_bid", bid_id=bid)
+    for interval in (1, 2):  # on a result whose interval 2 is wrong: failed, then upheld
+        o, bundle = w.to_accepted(bad=[2])
+        cid = w.do("challenger", "challenge", now=T0 + 30, order_id=o, bond=5, interval=interval)
+        out = w.at(T0 + 40).resolve_challenge(cid["challenge_id"], bundle, w.job)
+        assert out["upheld"] is (interval == 2)
+    assert w.m.audit(check_bls=False).ok
+    _tamper(w, pick, edit)
+    problems = w.m.audit(check_bls=False).problems
+    assert any("PAYEE_MISMATCH" in p for p in problems), problems
