@@ -437,9 +437,9 @@ def show(db: str, now: int | None, order_id: str | None) -> dict[str, Any]:
 @click.argument("order_id")
 @click.option(
     "--intervals",
-    type=click.IntRange(1),
+    type=click.IntRange(1, 99_999),
     default=None,
-    help="The job's intervals m (default: those the market's verification recorded).",
+    help="The job's intervals m, 1 to 99 999 (default: those the market's verification recorded).",
 )
 @_common
 def explain(db: str, now: int | None, order_id: str, intervals: int | None) -> Any:

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from dk.verifier.challenge import miss_probability as miss_probability  # SPEC I §12.1
 
 DEFAULT_GAMMA = 10
@@ -40,6 +42,24 @@ def skipping_loses(m: int, s: int, price: int, stake: int, gamma: float) -> bool
         if p * at_risk < min(gamma * (d / m) * price, (1.0 - 1.0 / gamma) * at_risk):
             return False
     return True
+
+
+def _skipping_loses_fast(m: int, s: int, price: int, stake: int, gamma: float) -> bool:
+    """:func:`skipping_loses`, every ``d`` at once in NumPy: the same binary64 operations in the
+    same order on each ``d`` (integers below 2^53 are exact in binary64, and ``a / b`` of two
+    of them is the correctly rounded quotient, as Python's ``int / int``), so the same answer
+    in ``O(s)`` vector passes instead of ``O(m·s)`` Python steps."""
+    if m >= 1 << 53 or stake + price >= 1 << 53:
+        return skipping_loses(m, s, price, stake, gamma)
+    at_risk = float(stake + price)
+    d = np.arange(1, m + 1, dtype=np.float64)
+    miss = np.ones(m)
+    for i in range(min(s, m - 1)):  # d = m has no factors to take: it is masked below
+        miss *= (m - d - i) / float(m - i)
+    miss[s > m - d] = 0.0  # miss_probability: no way to miss (and the factors above crossed 0)
+    p = 1.0 - miss
+    bound = np.minimum(gamma * (d / m) * float(price), (1.0 - 1.0 / gamma) * at_risk)
+    return not bool((p * at_risk < bound).any())
 
 
 def economic_samples(m: int, price: int, stake: int, gamma: float = DEFAULT_GAMMA) -> int:
@@ -56,12 +76,17 @@ def economic_samples(m: int, price: int, stake: int, gamma: float = DEFAULT_GAMM
     """
     if m < 1 or price < 1 or stake < 0 or gamma < 1:
         raise ValueError("need m >= 1, price >= 1, stake >= 0 and gamma >= 1")
-    lo, hi = 1, m  # skipping_loses is monotone in s: binary search
-    if not skipping_loses(m, hi, price, stake, gamma):
-        return m
+    # skipping_loses is monotone in s: the least s by doubling from 1, then halving the last
+    # gap (the answer is small, and a check costs O(s) passes over every d: a binary search
+    # from m checked s near m/2 first, minutes at m = 100 000)
+    lo, hi = 1, 1  # lo: the least s not yet ruled out; hi: the next to check
+    while not _skipping_loses_fast(m, hi, price, stake, gamma):
+        if hi == m:
+            return m
+        lo, hi = hi + 1, min(m, 2 * hi)
     while lo < hi:
         mid = (lo + hi) // 2
-        if skipping_loses(m, mid, price, stake, gamma):
+        if _skipping_loses_fast(m, mid, price, stake, gamma):
             hi = mid
         else:
             lo = mid + 1

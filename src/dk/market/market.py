@@ -339,8 +339,15 @@ class Market:
         Price and stake are the matched ones (before a match: ``max_price``, ``min_stake``).
 
         Raises:
-            MarketRefused: ``UNKNOWN_ORDER``; ``NEED_INTERVALS`` when ``m`` is not known yet.
+            MarketRefused: ``UNKNOWN_ORDER``; ``NEED_INTERVALS`` when ``m`` is not known yet;
+                ``BAD_PARAMS`` for ``intervals`` past a run's largest (SPEC I §11.2).
         """
+        from dk.pol.transcript import MAX_CHECKPOINTS
+
+        if intervals is not None and not 1 <= intervals < MAX_CHECKPOINTS:
+            raise MarketRefused(
+                "BAD_PARAMS", f"--intervals {intervals}: a run has 1 to {MAX_CHECKPOINTS - 1}"
+            )
         order = self.order(order_id)
         policy = json.loads(order["policy"])
         m = intervals if intervals is not None else policy.get("intervals")

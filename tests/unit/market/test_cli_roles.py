@@ -129,3 +129,25 @@ def test_a_local_submit_checks_the_bundle_before_committing(
     mine = make_bundle(tmp_path / "mine", load_job(job).job_id, account)
     dk(db, "submit", "--key", worker, oid, mine)
     assert dk(db, "show", oid)["state"] == "submitted"
+
+
+def test_explain_takes_a_run_s_intervals_and_no_more(
+    ledger: tuple[Path, dict[str, Path], Path],
+) -> None:
+    """``--intervals`` past a run's largest (SPEC I §11.2: 100 000 checkpoints) is a usage error,
+    and the library refuses it too; the largest is answered (it took minutes: the search for
+    the economic ``s`` checked ``s`` near ``m/2`` first)."""
+    from dk.market import Market, MarketRefused
+    from dk.pol.transcript import MAX_CHECKPOINTS
+
+    db, keys, job = ledger
+    oid = dk(
+        db, "order", "--key", keys["consumer"], "--job", job, "--deadline", 600, "--max-price", 50
+    )["order_id"]
+    most = MAX_CHECKPOINTS - 1
+    assert dk(db, "explain", oid, "--intervals", most)["m"] == most
+    out = dk(db, "explain", oid, "--intervals", most + 1, code=2)
+    assert "--intervals" in out and "Traceback" not in out
+    with Market(db) as m, pytest.raises(MarketRefused) as e:
+        m.explain(oid, intervals=most + 1)
+    assert e.value.reason == "BAD_PARAMS"

@@ -76,3 +76,53 @@ def test_bad_inputs() -> None:
             economic_samples(*args)
     with pytest.raises(ValueError):
         economic_samples(10, 1, 1, gamma=0.5)
+
+
+def _least_s_reference(m: int, price: int, stake: int, gamma: float) -> int:
+    """SPEC V §10's least ``s`` by the scalar rule, scanning ``s`` upward (small ``m`` only)."""
+    return next((s for s in range(1, m + 1) if skipping_loses(m, s, price, stake, gamma)), m)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(
+    m=st.integers(1, 120),
+    s=st.integers(1, 130),
+    price=st.integers(1, 10**6),
+    stake=st.integers(0, 10**6),
+    gamma=st.sampled_from([1, 1.5, 2, 10, 10.0, 37.5, 1000]),
+)
+def test_every_d_at_once_is_the_scalar_rule(
+    m: int, s: int, price: int, stake: int, gamma: float
+) -> None:
+    """The vectorised check gives the scalar rule's answer for every (m, s) (the same binary64
+    operations per ``d``), and the least ``s`` found by doubling is the least by a scan."""
+    from dk.market.economics import _skipping_loses_fast
+
+    assert _skipping_loses_fast(m, s, price, stake, gamma) == skipping_loses(
+        m, s, price, stake, gamma
+    )
+    assert economic_samples(m, price, stake, gamma) == _least_s_reference(m, price, stake, gamma)
+
+
+def test_the_per_d_values_are_bit_identical() -> None:
+    """Where the rule is tight, ``p(d)`` of the vector pass equals ``miss_probability``'s bit
+    for bit (a comparison of booleans alone could hide a last-bit difference)."""
+    import numpy as np
+
+    m, s = 997, 23
+    d = np.arange(1, m + 1, dtype=np.float64)
+    miss = np.ones(m)
+    for i in range(min(s, m - 1)):
+        miss *= (m - d - i) / float(m - i)
+    miss[s > m - d] = 0.0
+    want = np.array([miss_probability(m, int(k), s) for k in range(1, m + 1)])
+    assert np.array_equal(miss.view(np.int64), want.view(np.int64))
+
+
+def test_a_hundred_thousand_intervals_are_quick() -> None:
+    """m = 100 000 (SPEC I §11.2's largest run): the doubling search checks small ``s`` only
+    (the binary search from m took minutes here, inside the market's verification)."""
+    s = economic_samples(100_000, 100, 60)
+    assert skipping_loses(100_000, s, 100, 60, 10) and not skipping_loses(
+        100_000, s - 1, 100, 60, 10
+    )
