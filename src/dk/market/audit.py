@@ -87,6 +87,7 @@ class _Auditor:
         # holder -> the account that paid into it (escrows, bid stakes, bonds, deposits): where
         # a cancellation, a match's change or a voided claim returns it (SPEC V §6)
         self.owners: dict[str, str] = {}
+        self.holder_order: dict[str, str] = {}  # pdeposit/bond/wdeposit holder -> its order
         self.moves: list[Any] = []
         self.at = 0  # the current event's time (the market's clock)
         self.cluster = ClusterAudit()  # SPEC V §14.6
@@ -148,11 +149,32 @@ class _Auditor:
             if dst == WORLD:
                 self.totals["withdrawals"] += amount
 
+    def scope(self, seq: int, kind: str, oid: str | None, data: dict[str, Any]) -> None:
+        """SPEC V §8: money leaves an order's holders (escrow, stake, rank stakes, its profiles'
+        and whistles' deposits, its challenges' bonds) only in that order's events, and a
+        bid's stake only at the bid's cancellation or its match."""
+        bids = {data.get("bid_id")} | {r.get("bid_id") for r in data.get("ranks") or []}
+        for src, _, _ in self.moves:
+            src = str(src)
+            if src.startswith("stake:b"):
+                if kind not in ("cancel_bid", "match") or src[6:] not in bids:
+                    self.bad(seq, f"PAYEE_MISMATCH: {kind} moved {src[:24]}, not its bid's")
+                continue
+            if src.startswith(("escrow:", "stake:")):
+                owner: str | None = src.split(":")[1]
+            else:
+                owner = self.holder_order.get(src)
+            if owner is not None and owner != oid:
+                self.bad(seq, f"PAYEE_MISMATCH: {kind} of {oid} moved {src[:24]} of {owner}")
+
     def effects(self, seq: int, kind: str, signer: str | None, data: dict[str, Any]) -> None:
         oid = cast(str, data.get("order_id"))  # every kind that uses it carries one
+        self.scope(seq, kind, oid, data)
         paid_in = _PAID_IN.get(kind)
         if paid_in is not None and signer is not None:
             self.owners[paid_in(data)] = signer
+            if kind in ("profile", "challenge", "whistle"):  # their holder belongs to the order
+                self.holder_order[paid_in(data)] = oid
         if kind in ROLE_CHECKS:
             ROLE_CHECKS[kind](self, seq, oid, signer, data)
         if kind == "order":
@@ -307,7 +329,8 @@ def _match(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str, 
     # the change of the escrow back to the consumer, the bid's stake into the order's (one
     # worker) or its ranks' (a cluster), profile deposits back to their validators or
     # forfeited to the treasury (the forfeits: TOLERANCE_MISMATCH below)
-    _returned(a, seq, {f"escrow:{oid}", *_profile_deposits(a, oid)}, also={TREASURY})
+    _returned(a, seq, {f"escrow:{oid}"})
+    _returned(a, seq, _profile_deposits(a, oid), also={TREASURY})
     for src, dst, _ in a.moves:
         if str(src).startswith("stake:b") and dst != f"stake:{oid}":
             if not str(dst).startswith(f"stake:{oid}:r"):

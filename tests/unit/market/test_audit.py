@@ -211,3 +211,56 @@ def test_audit_refolds_refunds_and_challenge_payees(world: World, pick: Any, edi
     _tamper(w, pick, edit)
     problems = w.m.audit(check_bls=False).problems
     assert any("PAYEE_MISMATCH" in p for p in problems), problems
+
+
+def _to(prefix: str, dst: str) -> Any:
+    def edit(body: dict[str, Any]) -> None:
+        body["moves"] = [[s, dst if s.startswith(prefix) else d, n] for s, d, n in body["moves"]]
+
+    return edit
+
+
+def _also(src: str, n: int) -> Any:
+    """Add a move of ``n`` out of holder ``src`` to the event's signer."""
+
+    def edit(body: dict[str, Any]) -> None:
+        signer = body["request"]["body"]["account"]
+        body["moves"].append([src, f"acct:{signer}", n])
+
+    return edit
+
+
+def test_audit_refuses_moves_out_of_another_order_or_bid(world: World) -> None:
+    """SPEC V §8: an event moves money out of its own order's holders and a bid's stake only at
+    that bid's cancellation or match. A re-hashed cancellation that also drained another open
+    order's escrow or another bid's stake, or a match that sent the escrow's change to the
+    treasury, audited clean (the review of the payee checks found them)."""
+    w = world
+    w.to_submitted()  # a match with change
+    orders = [
+        w.do("consumer", "order", job_id=w.job.job_id.hex(), max_price=100, min_stake=0,
+             deadline=T0 + 1000)["order_id"]
+        for _ in range(2)
+    ]  # fmt: skip
+    bids = [w.do("worker", "bid", price=80, capacity=1, stake=60)["bid_id"] for _ in range(2)]
+    w.do("consumer", "cancel_order", order_id=orders[0])
+    w.do("worker", "cancel_bid", bid_id=bids[0])
+    assert w.m.audit(check_bls=False).ok
+    for pick, edit in (
+        (_kind("cancel_order"), _also(f"escrow:{orders[1]}", 100)),
+        (_kind("cancel_bid"), _also(f"stake:{bids[1]}", 60)),
+        (_kind("match"), _to("escrow:", "treasury")),
+    ):
+        saved = w.m.ledger.con.execute("SELECT seq, prev_hash, hash, body FROM events").fetchall()
+        held = w.m.ledger.con.execute("SELECT holder, amount FROM holdings").fetchall()
+        _tamper(w, pick, edit)
+        problems = w.m.audit(check_bls=False).problems
+        assert any("PAYEE_MISMATCH" in p for p in problems), problems
+        con = w.m.ledger.con  # the honest ledger back for the next forgery
+        con.executemany(
+            "UPDATE events SET prev_hash = ?, hash = ?, body = ? WHERE seq = ?",
+            [(p, h, b, q) for q, p, h, b in saved],
+        )
+        con.execute("DELETE FROM holdings")
+        con.executemany("INSERT INTO holdings(holder, amount) VALUES(?, ?)", held)
+        assert w.m.audit(check_bls=False).ok
