@@ -133,10 +133,46 @@ def test_a_url_that_names_no_server_is_a_usage_error(bad: str) -> None:
 
 def test_serve_on_a_busy_port_is_one_line(server: tuple[str, Path], tmp_path: Path) -> None:
     """The running server's port: refused before the ledger is touched, exit 2, no traceback."""
-    url, tmp = server
+    url, _ = server
     port = url.rsplit(":", 1)[1]
     db = tmp_path / "other.db"
     r = dk("market", "serve", "--db", db, "--port", port, check=False)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "choose another --port" in r.stderr
     assert not db.exists() and not (tmp_path / "other.db.d").exists()
+
+
+@pytest.mark.parametrize("bad", ["http://:8765", "http://user@:1", "http://[::1", "http://h:abc"])
+def test_a_url_without_a_host_or_port_number_is_a_usage_error(bad: str) -> None:
+    r = dk("market", "show", "--url", bad, "o1", check=False)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "is not a market server's URL" in r.stderr
+
+
+def test_listen_binds_every_address_of_the_host_or_none() -> None:
+    """``localhost`` binds each address it resolves to (as asyncio's create_server), all on one
+    port here; a port busy on one of them leaves nothing bound."""
+    import socket
+
+    from dk.errors import UsageError
+    from dk.market.server import _listen
+
+    want = {i[4][0] for i in socket.getaddrinfo("localhost", 0, type=socket.SOCK_STREAM)}
+    socks = _listen("127.0.0.1", 0)
+    try:
+        assert [s.getsockname()[0] for s in socks] == ["127.0.0.1"]
+        port = socks[0].getsockname()[1]
+        with pytest.raises(UsageError, match="choose another --port"):
+            _listen("localhost", port)  # 127.0.0.1 is taken (and ::1, if any, is released)
+        if "::1" in want:
+            probe = _listen("::1", port)  # nothing of the failed call holds ::1's port
+            probe[0].close()
+    finally:
+        for s in socks:
+            s.close()
+    both = _listen("localhost", 0)
+    try:
+        assert {s.getsockname()[0] for s in both} == want
+    finally:
+        for s in both:
+            s.close()

@@ -37,8 +37,13 @@ class RemoteMarket:
     ) -> None:
         import httpx
 
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
+        try:
+            parts = urlsplit(url)
+            named = parts.scheme in ("http", "https") and bool(parts.hostname)
+            _ = parts.port  # a port that is not a number raises here
+        except ValueError:
+            named = False
+        if not named:
             raise UsageError(f"--url {url!r} is not a market server's URL (http://host:port)")
         self.url = url.rstrip("/")
         self._http = httpx.Client(base_url=self.url, timeout=timeout)

@@ -838,57 +838,68 @@ def serve(
     from dk.market.store import is_url
 
     default_state = Path("market-state") if is_url(db) else Path(f"{db}.d")
-    sock = _listen(host, port)  # before the ledger is opened: a busy port changes nothing
+    socks = _listen(host, port)  # before the ledger is opened: a busy port changes nothing
+    service: MarketService | None = None
     try:
         service = MarketService(db, state_dir=state_dir or default_state)
-    except BaseException:
-        sock.close()
-        raise
-    config = uvicorn.Config(
-        create_app(service),
-        host=host,
-        port=port,
-        log_level="warning",
-        access_log=False,
-        ws="none",
-        lifespan="off",
-        proxy_headers=False,  # nothing here reads the client's address
-    )
-    server = uvicorn.Server(config)
+        config = uvicorn.Config(
+            create_app(service),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            ws="none",
+            lifespan="off",
+            proxy_headers=False,  # nothing here reads the client's address
+        )
+        server = uvicorn.Server(config)
 
-    async def main() -> None:
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started and not task.done():
-            await asyncio.sleep(0.01)
-        if ready is not None and server.started:
-            ready(server.servers[0].sockets[0].getsockname()[1])
-        await task
+        async def main() -> None:
+            task = asyncio.create_task(server.serve(sockets=socks))
+            while not server.started and not task.done():
+                await asyncio.sleep(0.01)
+            if ready is not None and server.started:
+                ready(server.servers[0].sockets[0].getsockname()[1])
+            await task
 
-    try:
         _run_loop(main())
     finally:
-        service.close()
-        sock.close()
+        if service is not None:
+            service.close()
+        for sock in socks:
+            sock.close()
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """A socket bound to ``(host, port)`` and listening, bound as uvicorn binds one (IPv6 where
-    ``host`` has a colon).
+def _listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets on ``(host, port)``, bound as asyncio's ``create_server`` (uvicorn's
+    own path) binds them: every address ``host`` resolves to (``localhost``: IPv4 and IPv6),
+    IPv6 sockets IPv6-only, ``SO_REUSEADDR`` on POSIX only.
 
     Raises:
-        UsageError: the address cannot be bound (in use, not this machine's, no permission).
+        UsageError: an address cannot be bound (in use, not this machine's, no permission) or
+            ``host`` does not resolve; nothing stays bound.
     """
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    socks: list[socket.socket] = []
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-    except (OSError, OverflowError) as e:
-        sock.close()
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        for family, kind, proto, _, addr in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            if os.name == "posix":
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(addr)
+            sock.listen(2048)
+    except (OSError, OverflowError, UnicodeError) as e:
+        for sock in socks:
+            sock.close()
         why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         hint = "; choose another --port" if getattr(e, "errno", None) == errno.EADDRINUSE else ""
         raise UsageError(f"cannot listen on {host}:{port}: {why}{hint}") from None
-    return sock
+    return socks
 
 
 def _run_loop(main: Any) -> None:

@@ -89,8 +89,9 @@ def _cases() -> list[Case]:
     bc = _operands(g, 1, 17, 23)
     kw, bkw = {"beta": -0.5, "alpha": 3.0}, {"beta": 2.0, "alpha": -0.25}
     p = torch.randn(8, 4096, generator=g)  # S of p·pᵀ's diagonal is Cauchy–Schwarz's bound
-    # A transposed with B contiguous (flagged elements taken by column); a batch whose
-    # matrices are not C-contiguous (row stride 3·29): copied before the norms
+    # A transposed (strided along K: its norms read in its memory order, the flagged elements
+    # in row order); a batch whose matrices are not C-contiguous (row stride 3·29): copied
+    # before the norms
     at, bk = _operands(g, 53, 37).t(), _operands(g, 53, 61)
     bs = _operands(g, 17, 3, 29).transpose(0, 1)
     return [

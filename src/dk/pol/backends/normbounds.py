@@ -477,6 +477,8 @@ def _product(name: str, args: Any, kwargs: Any, k: int, k_sum: int, shared: AbsO
         return None
     if x.dim() != nd or y.dim() != nd or x.numel() * int(y.shape[-1]) < MIN_MACS:
         return None
+    if x.numel() == 0 or y.numel() == 0:  # no terms (tests set MIN_MACS to 0): the plain bound
+        return None
     operands = (x.detach().numpy(), y.detach().numpy(), None if c is None else c.detach().numpy())
     return _ProductBound(k, shared, k_sum, operands, (float(alpha), float(beta)))
 

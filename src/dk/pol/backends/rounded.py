@@ -186,7 +186,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         is made). The wrapper costs two Python frames and a frame-evaluation switch on every
         ATen call, several microseconds each (a tenth of a small model's plain training time
         per step), and imports ``torch._dynamo`` on the first one. dk runs rounded training
-        eagerly: nothing of it is traced by Dynamo."""
+        eagerly; a model that calls ``torch.compile`` inside the mode would have Dynamo trace
+        this method too."""
         return False
 
     @classmethod
