@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from dk.errors import BackendUnavailable
+from dk.errors import BackendUnavailable, UsageError
 from dk.pol.data import load_dataset, load_npz
 from dk.pol.job import JobSpec, as_job
 
@@ -135,6 +135,11 @@ def run_federated(
     except ImportError as e:
         raise BackendUnavailable("federated rounds need Flower: pip install 'dk-pol[fl]'") from e
     template = as_job(job)
+    if template.world_size != 1:  # each client trains its round on one process
+        raise UsageError(
+            f"the job has train.world_size = {template.world_size}: federated clients train "
+            "on one process each; set train.world_size = 1"
+        )
     if not 2 <= clients <= MAX_CLIENTS or rounds < 1 or not 0 <= lazy <= clients:
         raise ValueError(f"need 2 <= clients <= {MAX_CLIENTS}, rounds >= 1, 0 <= lazy <= clients")
     if engine not in ENGINES:

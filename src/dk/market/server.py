@@ -889,7 +889,7 @@ def _listen(host: str, port: int) -> list[socket.socket]:
             socks.append(sock)
             if os.name == "posix":
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+            if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(addr)
             sock.listen(2048)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -24,6 +26,23 @@ def test_usage_errors(job_file, tmp_path):
     assert r.exit_code == 2 and "more than --clients" in r.output
     r = CliRunner().invoke(cli, ["fl", "run", str(job_file), "--clients", "1"])
     assert r.exit_code == 2
+
+
+def test_a_data_parallel_job_is_refused_before_any_round(template, tmp_path):
+    """A ``train.world_size = 2`` job: one line, exit 2, before the data is split (it failed
+    late, inside the clients' first round)."""
+    job = tmp_path / "dp.toml"
+    job.write_text(template.with_updates(train={"world_size": 2}).to_toml())
+    work = tmp_path / "work"
+    r = subprocess.run(
+        [sys.executable, "-m", "dk.cli", "fl", "run", str(job), "--workdir", str(work)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    assert "train.world_size = 2" in r.stderr and r.stderr.count("\n") == 1
+    assert not work.exists()
 
 
 @pytest.mark.slow
