@@ -604,26 +604,27 @@ def _roles_cases(add: Any) -> None:
         "CLOCK_MISMATCH",
     )
 
-    def stake_elsewhere(b: dict[str, Any]) -> None:
-        for mv in b["moves"]:
-            if mv[0].startswith("stake:"):
-                mv[1] = "acct:" + "ee" * 32
+    def elsewhere(holder: str) -> Any:
+        """An edit paying every move out of a ``holder…`` to a third account."""
+
+        def edit(b: dict[str, Any]) -> None:
+            for mv in b["moves"]:
+                if mv[0].startswith(holder):
+                    mv[1] = "acct:" + "ee" * 32
+
+        return edit
 
     add(
         "a release that pays the worker's stake to another account",
-        forged("settle", stake_elsewhere, released),
+        forged("settle", elsewhere("stake:"), released),
         "PAYEE_MISMATCH",
     )
-
-    def change_elsewhere(b: dict[str, Any]) -> None:
-        for mv in b["moves"]:
-            if mv[0].startswith("escrow:"):
-                mv[1] = "acct:" + "ee" * 32
-
     add(
         "a match that pays the escrow's change to another account than the consumer",
         forged(
-            "match", change_elsewhere, lambda b: any(m[0].startswith("escrow:") for m in b["moves"])
+            "match",
+            elsewhere("escrow:"),
+            lambda b: any(m[0].startswith("escrow:") for m in b["moves"]),
         ),
         "PAYEE_MISMATCH",
     )

@@ -155,6 +155,15 @@ def test_audit_refolds_who_is_paid_and_when(world: World, pick: Any, edit: Any, 
     assert any(code in p for p in problems), problems
 
 
+def _open_order(w: World) -> str:
+    """An open order of the consumer's for the world's job (price up to 100, no stake)."""
+    out = w.do(
+        "consumer", "order", job_id=w.job.job_id.hex(), max_price=100, min_stake=0,
+        deadline=T0 + 1000,
+    )  # fmt: skip
+    return str(out["order_id"])
+
+
 def _kind(kind: str, upheld: bool | None = None) -> Any:
     return lambda b: b["kind"] == kind and (upheld is None or b["data"].get("upheld") is upheld)
 
@@ -191,14 +200,7 @@ def test_audit_refolds_refunds_and_challenge_payees(world: World, pick: Any, edi
     attesters' stakes to the challenger. A re-hashed ledger paying any of them to a third
     account audited clean before (these payees were not refolded)."""
     w = world
-    oid = w.do(
-        "consumer",
-        "order",
-        job_id=w.job.job_id.hex(),
-        max_price=100,
-        min_stake=0,
-        deadline=T0 + 1000,
-    )["order_id"]
+    oid = _open_order(w)
     w.do("consumer", "cancel_order", order_id=oid)
     bid = w.do("worker", "bid", price=80, capacity=1, stake=60)["bid_id"]
     w.do("worker", "cancel_bid", bid_id=bid)
@@ -237,11 +239,7 @@ def test_audit_refuses_moves_out_of_another_order_or_bid(world: World) -> None:
     treasury, audited clean (the review of the payee checks found them)."""
     w = world
     w.to_submitted()  # a match with change
-    orders = [
-        w.do("consumer", "order", job_id=w.job.job_id.hex(), max_price=100, min_stake=0,
-             deadline=T0 + 1000)["order_id"]
-        for _ in range(2)
-    ]  # fmt: skip
+    orders = [_open_order(w) for _ in range(2)]
     bids = [w.do("worker", "bid", price=80, capacity=1, stake=60)["bid_id"] for _ in range(2)]
     w.do("consumer", "cancel_order", order_id=orders[0])
     w.do("worker", "cancel_bid", bid_id=bids[0])
