@@ -430,7 +430,7 @@ def _resolve(a: _Auditor, seq: int, oid: str, signer: str | None, data: dict[str
     """A failed challenge's bond to the worker; an upheld one's back to its challenger, with
     the escrow to the consumer, the stake (one worker; a cluster's ranks: the cluster audit)
     and the attesters' stakes to the challenger, the order's other bonds and open whistle
-    deposits back to who posted them (SPEC V §6, §10)."""
+    deposits back to who posted them (SPEC V §6, §13)."""
     cid = f"bond:{data['challenge_id']}"
     o = a.orders[oid]
     if not data.get("upheld"):
