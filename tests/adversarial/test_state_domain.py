@@ -80,6 +80,26 @@ def test_one_intervals_failure_keeps_the_others_findings(monkeypatch: pytest.Mon
     ]
 
 
+def test_every_replay_path_reports_a_raised_interval_alike() -> None:
+    """The sequential and process-pool paths wrap each interval's replay in ``_guarded``: what
+    it raised becomes that interval's executor-style error figure (as a Ray task's), and a
+    missing backend still stops the whole verification (exit 4)."""
+    from dk.errors import BackendUnavailable
+    from dk.verifier.executors import ERROR_KEY
+    from dk.verifier.replay import _guarded
+
+    def boom() -> Any:
+        raise RuntimeError("the verifier's own trouble")
+
+    def missing() -> Any:
+        raise BackendUnavailable("no such backend here")
+
+    assert _guarded(lambda: (True, {"l2": 0.0})) == (True, {"l2": 0.0})
+    assert _guarded(boom) == (False, {ERROR_KEY: "RuntimeError: the verifier's own trouble"})
+    with pytest.raises(BackendUnavailable):
+        _guarded(missing)
+
+
 def test_the_codec_counter_wraps_modulo_2_64() -> None:
     """SPEC III §5: the generator counter is a u64; near 2^64 it wraps instead of failing
     (a forged counter made the verifier raise OverflowError)."""

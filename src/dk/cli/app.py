@@ -94,15 +94,25 @@ class FiniteRange(click.FloatRange):
         return out
 
 
-def worker_hex(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A worker's public key option: 64 hex characters, lowercased (a usage error, exit 2,
-    where a malformed key used to reach the verifier and reject a valid bundle)."""
+def hex32(ctx: click.Context, param: click.Parameter, value: str | None) -> bytes | None:
+    """An option of 32 bytes in hex (any case), through dk's one hex check
+    (:func:`dk.crypto.hashing.parse_hex_digest`); a usage error, exit 2, otherwise."""
     if value is None:
         return None
-    v = value.lower()
-    if len(v) != 64 or any(c not in "0123456789abcdef" for c in v):
-        raise click.BadParameter("must be a public key: 64 hex characters")
-    return v
+    from dk.crypto.hashing import parse_hex_digest
+    from dk.errors import FormatError
+
+    try:
+        return parse_hex_digest(value.lower(), what=param.name or "value")
+    except FormatError:
+        raise click.BadParameter("must be 64 hex characters") from None
+
+
+def worker_hex(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A public key option (:func:`hex32`) as lowercase hex (a malformed key used to reach the
+    verifier and reject a valid bundle)."""
+    raw = hex32(ctx, param, value)
+    return None if raw is None else raw.hex()
 
 
 class LazyGroup(click.Group):

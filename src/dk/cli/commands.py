@@ -11,22 +11,10 @@ from typing import Any
 
 import click
 
-from dk.cli.app import App, FiniteRange, worker_hex
+from dk.cli.app import App, FiniteRange, hex32, worker_hex
 from dk.cli.exit_codes import ExitCode
 
 _HEX32 = "64 hex characters"
-
-
-def _hex32(ctx: click.Context, param: click.Parameter, value: str | None) -> bytes | None:
-    if value is None:
-        return None
-    from dk.crypto.hashing import parse_hex_digest
-    from dk.errors import FormatError
-
-    try:
-        return parse_hex_digest(value.lower(), what=param.name or "value")
-    except FormatError:
-        raise click.BadParameter(f"must be {_HEX32}") from None
 
 
 @click.command(short_help="Create an Ed25519 key pair")
@@ -454,7 +442,7 @@ def challenge_options(f: Any) -> Any:
         [
             click.option(
                 "--beacon",
-                callback=_hex32,
+                callback=hex32,
                 default=None,
                 help=f"Challenge entropy ({_HEX32}) fixed after the commitment; "
                 "default: a fresh nonce.",
@@ -520,7 +508,7 @@ def _executor(ray_address: str | None) -> Any:
 )
 @click.option(
     "--root",
-    callback=_hex32,
+    callback=hex32,
     default=None,
     help=f"Transcript root ({_HEX32}) the challenge was issued for; another root is rejected.",
 )
@@ -653,7 +641,7 @@ def _plot_after_verify(app: App, bundle: str, plot_file: str, report: dict[str, 
     type=click.Path(exists=True, dir_okay=False),
     help="The consumer's job.toml (the job every bundle must be for).",
 )
-@click.option("--beacon", callback=_hex32, default=None, help=f"One beacon ({_HEX32}) for all.")
+@click.option("--beacon", callback=hex32, default=None, help=f"One beacon ({_HEX32}) for all.")
 @click.option("--samples", type=click.IntRange(0), default=None, help="Uniform samples s.")
 @click.option(
     "--ray",

@@ -581,18 +581,9 @@ def cancel(db: str, now: int | None, keyfile: str, id_: str) -> dict[str, Any]:
 def submit(db: str, now: int | None, keyfile: str, order_id: str, bundle: str) -> dict[str, Any]:
     """Submit BUNDLE's commitment for ORDER_ID (to a market server: BUNDLE is uploaded first,
     as the server holds every bundle it is committed to, SPEC V §5.1)."""
-    from dk.market import bundle_commitment
-
     with _open(db, now) as m:
         client = _client(m, keyfile)
-        params = {"order_id": order_id, **bundle_commitment(bundle)}
-        if hasattr(m, "upload_bundle"):  # a market server checks the bundle it then holds
-            m.upload_bundle(bundle)
-        else:  # the same check on a local ledger: another job's or key's bundle is refused
-            m.check_delivery(
-                order_id, client.account, params["manifest_digest"], params["transcript_root"],
-                bundle,
-            )  # fmt: skip
+        params = m.deliver(order_id, client.account, bundle)
         return m.execute(client.request("submit", **params))
 
 
@@ -617,8 +608,6 @@ def verify_cmd(
     reject refunds the consumer and slashes the worker; inconclusive moves nothing.
     """
     with _open(db, now) as m:
-        if bundle is None and not hasattr(m, "upload_bundle"):
-            raise click.UsageError("a local ledger verifies the BUNDLE given: name it")
         return m.verify_result(order_id, bundle, _job(job_path))
 
 

@@ -148,6 +148,14 @@ class RemoteMarket:
         """Upload a bundle directory; returns its ``manifest_digest`` and ``transcript_root``."""
         return self._post("/v1/bundles", pack_bundle(bundle_dir), "application/x-tar")
 
+    def deliver(self, order_id: str, worker: str, bundle_dir: str | Path) -> dict[str, str]:
+        """Upload ``bundle_dir`` (the server checks it and keeps it) and return the ``submit``
+        parameters committing it for ``order_id``: the server refuses a submit whose bundle
+        it does not hold (SPEC V §5.1). ``worker`` is the server's to check at the submit."""
+        held = self.upload_bundle(bundle_dir)
+        root, digest = held["transcript_root"], held["manifest_digest"]
+        return {"order_id": order_id, "transcript_root": root, "manifest_digest": digest}
+
     def _upload(self, bundle_dir: str | Path | None, job: Any) -> None:
         if job is not None:
             text = Path(job).read_bytes() if isinstance(job, str | Path) else job.to_toml()

@@ -276,8 +276,22 @@ class Market:
         if cluster_flow.world_size(self.ledger.con, order_id) > 1:
             cluster_flow.check_ranks(self.ledger.con, pending, manifest)
 
+    def deliver(self, order_id: str, worker: str, bundle_dir: str | Path) -> dict[str, str]:
+        """The ``submit`` parameters of ``worker`` committing ``bundle_dir`` for ``order_id``,
+        once the bundle is checked as the order's (:meth:`check_delivery`; a market server
+        checks the copy it is sent first: :meth:`dk.market.client.RemoteMarket.deliver`).
+
+        Raises:
+            MarketRefused: ``BUNDLE_MISMATCH``.
+        """
+        params = {"order_id": order_id, **results.bundle_commitment(bundle_dir)}
+        self.check_delivery(
+            order_id, worker, params["manifest_digest"], params["transcript_root"], bundle_dir
+        )
+        return params
+
     def verify_result(
-        self, order_id: str, bundle_dir: str | Path, job: Any, *, workers: int = 1
+        self, order_id: str, bundle_dir: str | Path | None, job: Any, *, workers: int = 1
     ) -> dict[str, Any]:
         """Run the market's own verification of a submitted result and record the verdict.
 
@@ -290,7 +304,13 @@ class Market:
 
         Raises:
             MarketRefused: ``BAD_STATE``, ``NO_BEACON``, ``JOB_MISMATCH``, ``BUNDLE_MISMATCH``.
+            UsageError: no ``bundle_dir`` (a market server verifies the copy it holds; a
+                ledger here holds none).
         """
+        if bundle_dir is None:
+            from dk.errors import UsageError
+
+            raise UsageError("a local ledger verifies the bundle it is given: name the BUNDLE")
         order = self.order(order_id)
         if order["state"] != "submitted":
             raise MarketRefused("BAD_STATE", f"{order_id} is {order['state']}, not submitted")

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dk.crypto.hashing import parse_hex_digest
 from dk.errors import BackendUnavailable, DkError, FormatError, UsageError
 from dk.market.errors import MarketRefused
 from dk.market.market import Market
@@ -217,10 +218,8 @@ class MarketService:
             return
         p = req.params
         digest, root, oid = p.get("manifest_digest"), p.get("transcript_root"), p.get("order_id")
-        if not all(isinstance(x, str) for x in (digest, root, oid)):
+        if not (isinstance(oid, str) and _is_hex64(digest) and _is_hex64(root)):
             return  # the action's own parameter check refuses it (BAD_PARAMS)
-        if not (_is_hex64(digest) and _is_hex64(root)):
-            return
         # 409 BUNDLE_UNKNOWN when the server holds no such bundle: upload it first
         self.market.check_delivery(oid, req.account, digest, root, lambda: self.bundle_dir(digest))
 
@@ -418,8 +417,13 @@ def _check_complete(bundle: Path, manifest: dict[str, Any]) -> None:
             )
 
 
-def _is_hex64(s: str) -> bool:
-    return len(s) == 64 and all(c in "0123456789abcdef" for c in s)
+def _is_hex64(s: Any) -> bool:
+    """32 bytes in lowercase hex (dk's one hex check, :func:`parse_hex_digest`)."""
+    try:
+        parse_hex_digest(s)
+    except FormatError:
+        return False
+    return True
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -86,9 +86,9 @@ def _replay_parallel(
     workers: int,
     logs: dict[int, bytes] | None = None,
     device: str | None = None,
-) -> tuple[dict[int, tuple[bool, dict[str, Any]]], float, int, dict[int, str]]:
-    """Replay the challenged intervals over ``workers`` spawned processes; also returns the
-    intervals whose replay raised (recorded as the verifier's own trouble)."""
+) -> tuple[dict[int, tuple[bool, dict[str, Any]]], float, int]:
+    """Replay the challenged intervals over ``workers`` spawned processes (a replay that raised:
+    :func:`_guarded`)."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor  # lazy: 0.1 s of imports
 
@@ -98,7 +98,6 @@ def _replay_parallel(
 
         replay_device(job, device)  # a device this verifier lacks: raised here, not in a worker
     results: dict[int, tuple[bool, dict[str, Any]]] = {}
-    failed: dict[int, str] = {}
     cpu = 0.0
     pids: set[int] = set()
     n, ctx = min(workers, len(chal)), mp.get_context("spawn")
@@ -110,17 +109,27 @@ def _replay_parallel(
     ) as pool:
         futs = {i: pool.submit(_replay_task, *_task(i, held, cks, ivs, logs)) for i in chal}
         for i, fut in futs.items():
-            try:
-                ok, fig, t, pid = fut.result()
-            except BackendUnavailable:
-                raise
-            except Exception as e:  # as in the sequential path: the others are still judged
-                failed[i] = f"{type(e).__name__}: {e}"
-                continue
-            results[i] = (ok, fig)
-            cpu += t
-            pids.add(pid)
-    return results, cpu, len(pids), failed
+            out = _guarded(fut.result)
+            results[i] = out[:2]
+            if len(out) == 4:
+                cpu += out[2]
+                pids.add(out[3])
+    return results, cpu, len(pids)
+
+
+def _guarded(run: Any) -> Any:
+    """``run()``, or ``(False, {ERROR_KEY: what it raised})`` when one interval's replay raised
+    (the verifier's own trouble: recorded as that interval's ``INTERNAL_ERROR``, the others
+    still judged, as an executor reports a task that raised); ``BackendUnavailable`` (the
+    replay cannot run here at all) propagates."""
+    from dk.verifier.executors import ERROR_KEY
+
+    try:
+        return run()
+    except BackendUnavailable:
+        raise
+    except Exception as e:
+        return False, {ERROR_KEY: f"{type(e).__name__}: {e}"}
 
 
 def replay_challenged(
@@ -151,7 +160,6 @@ def replay_challenged(
     tolerant = job.mode == "tolerant"
     worker_cpu, procs = 0.0, 1
     results: dict[int, tuple[bool, dict[str, Any]]]
-    failed: dict[int, str] = {}
     if executor is not None:
         tasks = [(i, *_task(i, held, cks, ivs, logs)) for i in chal]
         roots = {j: cks[j].root.hex() for j in held}
@@ -160,25 +168,20 @@ def replay_challenged(
         except ExecutorFailed as e:
             rep.fail("replay", Reason.EXECUTOR_FAILED, str(e))
             return {}
-        for i in [i for i, (_, fig) in results.items() if ERROR_KEY in fig]:
-            failed[i] = str(results.pop(i)[1][ERROR_KEY])
         rep.figures["executor"] = executor.name
     elif workers > 1 and len(chal) > 1:
-        results, worker_cpu, procs, failed = _replay_parallel(
+        results, worker_cpu, procs = _replay_parallel(
             job, ds, man, chal, held, workers, logs, device
         )
     elif chal:
         replayer = make_replayer(job, ds, device)
-        results = {}
-        for i in chal:  # one interval's failure keeps the others' verdicts (reject wins, §14.1)
-            try:
-                results[i] = replay_matches(replayer, *_task(i, held, cks, ivs, logs))
-            except BackendUnavailable:  # the whole replay cannot run here (the caller's code)
-                raise
-            except Exception as e:  # the verifier's own trouble: recorded, the rest judged
-                failed[i] = f"{type(e).__name__}: {e}"
+        results = {  # one interval's failure keeps the others' verdicts (reject wins, §14.1)
+            i: _guarded(lambda i=i: replay_matches(replayer, *_task(i, held, cks, ivs, logs)))
+            for i in chal
+        }
     else:
         results = {}
+    failed = {i: str(results.pop(i)[1][ERROR_KEY]) for i in chal if ERROR_KEY in results[i][1]}
     rep.figures.update(
         {
             "replayed_intervals": len(chal),

@@ -161,3 +161,20 @@ def test_challenge_window_and_self_challenge(world: World) -> None:
     with pytest.raises(MarketRefused) as e:
         world.do("worker", "challenge", now=T0 + 30, order_id=oid, bond=5, interval=0)
     assert e.value.reason == "SELF_CHALLENGE"
+
+
+def test_a_local_ledger_verifies_only_a_bundle_it_is_given(world: World) -> None:
+    """No bundle: a market server verifies the copy it holds; a ledger here holds none, so the
+    library says so (a usage error, exit 2) instead of failing inside the bundle check."""
+    from dk.errors import UsageError
+
+    oid, bundle = world.to_submitted()
+    world.share(oid)
+    with pytest.raises(UsageError, match="name the BUNDLE"):
+        world.m.verify_result(oid, None, world.job)
+    params = world.m.deliver(oid, world.c["worker"].account, bundle)  # what the CLI submits
+    assert params["order_id"] == oid and set(params) == {
+        "order_id",
+        "transcript_root",
+        "manifest_digest",
+    }
