@@ -38,6 +38,7 @@ rounded run uses the threads its job was given and no more.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -113,8 +114,11 @@ def _cpu(*ts: Any) -> bool:
     )
 
 
-def matmul(name: str, args: Any, kwargs: Any) -> Any:
-    """``mm``/``bmm``/``addmm``/``baddbmm`` of float64 CPU tensors through NumPy, or None."""
+Empty = Callable[[tuple[int, ...]], torch.Tensor]
+
+
+def _product(name: str, args: Any, kwargs: Any) -> tuple[Any, Any, Any, float, float] | None:
+    """``(a, b, c, β, α)`` of a bounded float64 CPU matrix product, or None (not one)."""
     if name in ("mm", "bmm"):
         if len(args) != 2 or kwargs:
             return None
@@ -138,8 +142,25 @@ def matmul(name: str, args: Any, kwargs: Any) -> Any:
         return None
     if k == 0 or k + 2 > K_MAX or a.numel() == 0 or b.numel() == 0:
         return None  # not a bounded site (or empty): ATen's kernel
+    return a, b, c, beta, alpha
+
+
+def _shape(a: torch.Tensor, b: torch.Tensor) -> tuple[int, ...]:
+    return (*a.shape[:-1], int(b.shape[-1]))
+
+
+def matmul(name: str, args: Any, kwargs: Any, empty: Empty | None = None) -> Any:
+    """``mm``/``bmm``/``addmm``/``baddbmm`` of float64 CPU tensors through NumPy, or None.
+    ``empty``: where the product goes (a contiguous float64 tensor of a shape), else new."""
+    got = _product(name, args, kwargs)
+    if got is None:
+        return None
+    a, b, c, beta, alpha = got
     threads.sync()
-    out = np.matmul(_blasable(_np(a)), _blasable(_np(b)))
+    if empty is None:
+        out = np.matmul(_blasable(_np(a)), _blasable(_np(b)))
+    else:
+        out = np.matmul(_blasable(_np(a)), _blasable(_np(b)), out=_np(empty(_shape(a, b))))
     if alpha != 1.0:
         out *= alpha
     if c is not None and beta != 0.0:  # β = 0: C is ignored (NaN in C is not propagated)
@@ -282,14 +303,28 @@ def aten_products(vendor: str | None = None, mkl: bool | None = None) -> bool:
 PRODUCTS = "aten" if aten_products() else "numpy"
 
 
-def run(func: Any, args: Any, kwargs: Any) -> Any:
+def aten_product(func: Any, args: Any, kwargs: Any, empty: Empty) -> Any:
+    """A bounded float64 CPU ``mm``/``bmm``/``addmm``/``baddbmm`` by ATen's ``out=`` overload
+    into ``empty(shape)`` (the same kernel as the call itself), or None (not one)."""
+    name = func.overloadpacket.__name__
+    got = _product(name, args, kwargs) if func._overloadname == "default" else None
+    if got is None:
+        return None
+    a, b = got[:2]
+    return func.overloadpacket.out(*args, **kwargs, out=empty(_shape(a, b)))
+
+
+def run(func: Any, args: Any, kwargs: Any, empty: Empty | None = None) -> Any:
     """The covered call ``func(*args, **kwargs)`` on float64 CPU tensors through a faster
-    kernel, or None (the caller runs ATen): only ``.default`` overloads of bounded ops."""
+    kernel, or None (the caller runs ATen): only ``.default`` overloads of bounded ops.
+    ``empty``: where a matrix product goes (``Pool.empty``), else a new array."""
     if func._overloadname != "default":
         return None
     name = func.overloadpacket.__name__
     if name in ("mm", "addmm", "bmm", "baddbmm"):
-        return matmul(name, args, kwargs) if PRODUCTS == "numpy" else None
+        if PRODUCTS == "numpy":
+            return matmul(name, args, kwargs, empty)
+        return None if empty is None else aten_product(func, args, kwargs, empty)
     if name == "convolution":
         return convolution(args, kwargs)
     return None

@@ -60,6 +60,7 @@ from dk.pol.backends.log import (
     TRACE_MISMATCH,
     RoundingLog,
 )
+from dk.pol.backends.pool import Pool
 from dk.pol.backends.split import run_rounded64, run_split
 
 _M29 = (1 << 29) - 1
@@ -175,6 +176,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         self.signatures: list[tuple[str, tuple[int, ...]]] | None = None
         self._given: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._pins: list[tuple[Any, bool]] = []
+        # float64 copies and products of covered calls on the CPU, reused (pool.py)
+        self.pool = Pool()
         if log is not None:
             self._given = _group(log)
             self._log = log
@@ -282,6 +285,10 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             raise
 
     def _covered(self, func: Any, args: Any, kwargs: Any) -> Any:
+        with self.pool.lending():  # the float64 copies and results are dead once it returns
+            return self._covered64(func, args, kwargs)
+
+    def _covered64(self, func: Any, args: Any, kwargs: Any) -> Any:
         flat = _leaves((args, kwargs))
         up: dict[int, torch.Tensor] = {}
         new: list[Any] = []
@@ -295,7 +302,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                     )
                 low = low or a.dtype == _BF16
                 if id(a) not in up:
-                    up[id(a)] = a.to(_F64)
+                    up[id(a)] = self.pool.upcast(a)
                 new.append(up[id(a)])
             elif a is _F32 or a is _BF16:  # a dtype argument: the output's dtype (meta)
                 low = low or a is _BF16
@@ -331,7 +338,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
     def _float64(self, func: Any, args: Any, kwargs: Any) -> Any:
         """One float64 call: ``kernels64`` for bounded sites on the CPU, else ATen."""
         fast = self.fast_kernels and self.bounded  # bounded sites only (SPEC VI §2)
-        out = kernels64.run(func, args, kwargs) if fast else None
+        out = kernels64.run(func, args, kwargs, self.pool.empty) if fast else None
         return func(*args, **kwargs) if out is None else out
 
     # -- rounding ----------------------------------------------------------------------------
@@ -553,6 +560,7 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
 
     def finish(self) -> RoundingLog:
         """End the interval: the recorded log, or (replay) check the site count and trace."""
+        self.pool.clear()
         if self.error is not None:
             raise self.error
         if self.replaying:
