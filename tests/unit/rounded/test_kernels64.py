@@ -321,3 +321,35 @@ def test_a_run_recorded_with_one_products_kernel_replays_with_the_other(
     n2 = _products()
     assert (n1 > n0, n2 > n1) == (record == "numpy", replay == "numpy")
     _same_state(built)
+
+
+def test_norms_from_float32_are_atens_float64_norms() -> None:
+    """``norms32``: the float64 norms of float32 tensors (within ``K·2^-53`` of ATen's on the
+    float64 copies), and None for every case it does not take."""
+    g = torch.Generator().manual_seed(17)
+    ts = [torch.randn(300, 70, generator=g), torch.randn(5, generator=g) * 1e30, torch.zeros(0)]
+    ts.append(torch.tensor([3.0, float("inf")]))
+    got = kernels64.norms32(A._foreach_norm.Scalar, (ts,), {})
+    ref = A._foreach_norm.Scalar([t.double() for t in ts])
+    for t, o, r in zip(ts, got, ref, strict=True):
+        assert o.dtype == torch.float64 and o.shape == r.shape == ()
+        assert abs(float(o) - float(r)) <= t.numel() * 2.0**-53 * float(r) or float(o) == float(r)
+    one = kernels64.norms32(A.linalg_vector_norm.default, (ts[0],), {"ord": 2})
+    assert abs(float(one) - float(ref[0])) <= ts[0].numel() * 2.0**-53 * float(ref[0])
+    w = ts[0]
+    for func, args, kwargs in [
+        (A._foreach_norm.Scalar, ([w, w.t()],), {}),  # strided
+        (A._foreach_norm.Scalar, ([w],), {"ord": 1}),
+        (A._foreach_norm.Scalar, ([w.double()],), {}),
+        (A._foreach_norm.Scalar, ([w],), {"dtype": torch.float64}),
+        (A.linalg_vector_norm.default, (w, 2, [0]), {}),
+        (A.linalg_vector_norm.default, (w,), {"keepdim": True}),
+        (A.linalg_vector_norm.default, (w, float("inf")), {}),
+        (A.mm.default, (w, w.t()), {}),
+    ]:
+        assert kernels64.norms32(func, args, kwargs) is None, (func, kwargs)
+
+
+def test_clipping_takes_the_float32_norms() -> None:
+    b = ex.build("lm", seed=1, width=16, batch=2)  # clips its gradients' norm
+    assert _one_step_calls(b)["_foreach_norm"] == 1

@@ -9,9 +9,10 @@ so on a large model they cost more than the step's plain fused kernels. Here eac
 one Numba loop over the elements that performs **the same operations in the same order**:
 float32 ``+ - *`` on float32 operands (Numba compiles without fast-math, so LLVM neither
 reassociates nor contracts a multiply and an add into a fused multiply-add) and float64
-``/``, ``sqrt`` of float32 operands rounded once to float32. IEEE-754 fixes every such result
-that is a number, so those bits equal the torch chain's, whatever the vector width (tests
-compare them on random inputs with infinities, zeros of both signs and subnormals). A NaN
+``/``, ``sqrt`` of float32 operands rounded once to float32 (a division by a number: one
+float32 ``/``, the same correctly rounded quotient at twice the speed). IEEE-754 fixes every
+such result that is a number, so those bits equal the torch chain's, whatever the vector width
+(tests compare them on random inputs with infinities, zeros of both signs and subnormals). A NaN
 result is a NaN on both paths, but its sign and payload are not fixed: IEEE-754 leaves them
 open when two NaNs meet, and LLVM may swap the operands of ``+`` and ``*``. No commitment
 depends on them: a NaN anywhere in a checkpoint rejects it (SPEC §12.2, ``TENSOR_INVALID``) and
@@ -82,8 +83,10 @@ def _div(a, b, out):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _div_scalar(a, c, out):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
+    # c is float32: IEEE-754 rounds a float32 quotient correctly, so it is the float64
+    # quotient rounded once (53 >= 2*24 + 2), in one float32 division (twice as fast)
     for i in range(out.size):
-        out[i] = np.float32(np.float64(a[i]) / c)
+        out[i] = a[i] / c
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
@@ -189,7 +192,7 @@ def rounded64(base: str, a: Any, b: Any, into: torch.Tensor | None) -> Any:
         out = None if c is None else _target([a], into)
         if c is None or out is None:
             return None
-        _div_scalar(_flat(a), np.float64(c), _flat(out))
+        _div_scalar(_flat(a), c, _flat(out))
     else:
         tensors = [a, b] if base == "div" else [a]
         out = _target(tensors, into)

@@ -37,13 +37,16 @@ rounded run uses the threads its job was given and no more.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import numba
 import numpy as np
 import torch
 
+from dk.pol.backends import ops as op_tables
 from dk.pol.backends.bounds import K_MAX
 
 # Number of calls each kernel answered (tests prove the fast path ran; diagnostics).
@@ -267,6 +270,52 @@ def convolution(args: Any, kwargs: Any) -> Any:
         out += _np(bias)[:, None]
     calls["convolution"] += 1
     return torch.from_numpy(out.reshape(n, co, cols.ho, cols.wo))
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _squares32(x):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
+    """``Σ float64(x_i)²`` of a flat float32 array (reassociated: one vectorised loop)."""
+    s = 0.0
+    for i in range(x.size):
+        t = np.float64(x[i])
+        s += t * t
+    return s
+
+
+def _norm32(t: Any) -> torch.Tensor | None:
+    """The float64 Euclidean norm of a contiguous float32 CPU tensor, as a 0-d tensor."""
+    if not (isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.device.type == "cpu"):
+        return None
+    if not t.is_contiguous():
+        return None
+    flat = _np(t.view(-1)) if t.numel() else np.zeros(0, dtype=np.float32)
+    return torch.tensor(math.sqrt(_squares32(flat)), dtype=_F64)
+
+
+def norms32(func: Any, args: Any, kwargs: Any) -> Any:
+    """``_foreach_norm`` or ``linalg_vector_norm`` (Euclidean, whole tensors, no ``dtype``) of
+    contiguous float32 CPU tensors, computed in float64 from the float32 values without float64
+    copies of them, as the covered call would return it on those copies; or None.
+
+    These outputs are unbounded sites (SPEC VI §2): like ATen's float64 reduction, whose
+    order follows the CPU's vector width, this sums the squares in an order of its own; two
+    orders of ``K`` non-negative float64 terms differ by at most ``(K - 1)·2^-53`` of the sum,
+    in practice ``√K`` times less (the honest-reproduction assumption of §2)."""
+    b = op_tables.bind(func, args, kwargs)
+    if b.get("dtype") is not None or _scalar(b.get("ord", 2)) != 2.0:
+        return None
+    name = func.overloadpacket.__name__
+    out: Any = None
+    if name == "_foreach_norm" and func._overloadname == "Scalar":
+        ts = b["self"]
+        norms = [_norm32(t) for t in ts] if isinstance(ts, list | tuple) else [None]
+        out = None if any(o is None for o in norms) else norms
+    elif name == "linalg_vector_norm" and func._overloadname == "default":
+        if b.get("dim") is None and not b.get("keepdim"):
+            out = _norm32(b["self"])
+    if out is not None:
+        calls[name] += 1
+    return out
 
 
 def _cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:

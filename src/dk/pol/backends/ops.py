@@ -146,3 +146,17 @@ def unsupported_message(func: Any) -> str:
         "its float32 result may differ across threads or machines, so this model cannot be "
         f"trained in exact mode with pol.backend = 'rounded'{hint}"
     )
+
+
+def bind(func: Any, args: Any, kwargs: Any) -> dict[str, Any]:
+    """The arguments of the call ``func(*args, **kwargs)`` by their schema names, with the
+    schema's defaults for those not given."""
+    vals: dict[str, Any] = {}
+    for i, arg in enumerate(func._schema.arguments):
+        if not arg.kwarg_only and i < len(args):
+            vals[arg.name] = args[i]
+        elif arg.name in kwargs:
+            vals[arg.name] = kwargs[arg.name]
+        else:
+            vals[arg.name] = arg.default_value
+    return vals

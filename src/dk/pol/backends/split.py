@@ -31,22 +31,11 @@ import numpy as np
 import torch
 
 from dk.pol.backends import elementwise
+from dk.pol.backends import ops as op_tables
 
 _F32 = torch.float32
 _F64 = torch.float64
 _BF16 = torch.bfloat16
-
-
-def _bind(func: Any, args: Any, kwargs: Any) -> dict[str, Any]:
-    vals: dict[str, Any] = {}
-    for i, arg in enumerate(func._schema.arguments):
-        if not arg.kwarg_only and i < len(args):
-            vals[arg.name] = args[i]
-        elif arg.name in kwargs:
-            vals[arg.name] = kwargs[arg.name]
-        else:
-            vals[arg.name] = arg.default_value
-    return vals
 
 
 def _f32(x: Any, like: torch.Tensor) -> Any:
@@ -99,7 +88,7 @@ def run_split(func: Any, args: Any, kwargs: Any) -> Any:
     name = func.overloadpacket.__name__
     inplace = name.endswith("_")
     base = name.rstrip("_").removeprefix("_foreach_")
-    v = _bind(func, args, kwargs)
+    v = op_tables.bind(func, args, kwargs)
     if name.startswith("_foreach_"):  # every result first, then written (lists may alias)
         res = [_one(base, v, i) for i in range(len(v["self"]))]
         if inplace:
@@ -151,7 +140,7 @@ def run_rounded64(func: Any, args: Any, kwargs: Any) -> Any:
     name = func.overloadpacket.__name__
     inplace = name.endswith("_")
     base = name.rstrip("_").removeprefix("_foreach_")
-    v = _bind(func, args, kwargs)
+    v = op_tables.bind(func, args, kwargs)
     other = next((v[k] for k in ("other", "scalar", "scalars") if k in v), None)
     if name.startswith("_foreach_"):
         others = other if isinstance(other, list | tuple) else [other] * len(v["self"])
