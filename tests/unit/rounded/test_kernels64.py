@@ -353,3 +353,41 @@ def test_norms_from_float32_are_atens_float64_norms() -> None:
 def test_clipping_takes_the_float32_norms() -> None:
     b = ex.build("lm", seed=1, width=16, batch=2)  # clips its gradients' norm
     assert _one_step_calls(b)["_foreach_norm"] == 1
+
+
+def test_sums_from_float32_within_the_bound_of_aten() -> None:
+    """``sum32``: ATen's shape, and within ``γ_K·S`` of ATen's float64 sum, ``S`` the sums of
+    absolute values; None for every case it does not take."""
+    g = torch.Generator().manual_seed(19)
+    x = torch.randn(6, 5, 7, generator=g) * torch.logspace(-20, 20, 7)
+    cases = [([0], False), ([0, 1], True), ([2], True), ([-1], False), ([1, 2], False)]
+    cases += [([0, 1, 2], False), ([], True), (None, False), ([-3, -2], False)]
+    for dims, keep in cases:
+        got = kernels64.sum32(A.sum.dim_IntList, (x, dims, keep), {})
+        assert got is not None, dims
+        out, s = got
+        ref = A.sum.dim_IntList(x.double(), dims, keep)
+        mags = A.sum.dim_IntList(x.double().abs(), dims, keep).reshape(-1).numpy()
+        assert out.shape == ref.shape and out.dtype == torch.float64 and out.is_contiguous()
+        k = x.numel() // max(out.numel(), 1)
+        gamma = k * 2.0**-53 / (1 - k * 2.0**-53)
+        assert (np.abs(out.reshape(-1).numpy() - ref.reshape(-1).numpy()) <= gamma * mags).all()
+        assert (np.abs(s - mags) <= gamma * mags).all()
+    for args, kwargs in [
+        ((x, [1]), {}),  # an inner dimension
+        ((x, [0, 2]), {}),  # not one run
+        ((x, [0, 0]), {}),  # repeated
+        ((x, [3]), {}),  # out of range
+        ((x, [0]), {"dtype": torch.float64}),
+        ((x.transpose(0, 2), [0]), {}),
+        ((x.double(), [0]), {}),
+        ((torch.zeros(0, 3), [0]), {}),
+        ((torch.zeros(2, 70000), [1]), {}),  # K > K_MAX: not a bounded site
+    ]:
+        assert kernels64.sum32(A.sum.dim_IntList, args, kwargs) is None, (args[1], kwargs)
+    assert kernels64.sum32(A.sum.default, (x,), {}) is None
+
+
+def test_training_takes_the_float32_sums() -> None:
+    b = ex.build("lm", seed=1, width=16, batch=2)  # bias gradients: sums over the batch
+    assert _one_step_calls(b)["sum"] > 0

@@ -189,10 +189,13 @@ def _term_counts(name: str, args: Any, kwargs: Any, outs: list[Any]) -> list[int
 _BOUNDED: dict[Any, str | None] = {}  # operation -> its name where site_bounds bounds it
 
 
-def site_bounds(func: Any, args: Any, kwargs: Any, out: Any) -> dict[int, Bound]:
+def site_bounds(
+    func: Any, args: Any, kwargs: Any, out: Any, s: list[np.ndarray] | None = None
+) -> dict[int, Bound]:
     """The bounds of a covered call's float64 outputs, keyed by ``id`` (SPEC VI §2).
 
-    ``args``/``kwargs`` are the caller's float32 arguments, ``out`` the float64 result. Empty
+    ``args``/``kwargs`` are the caller's float32 arguments, ``out`` the float64 result, ``s``
+    each output's ``S`` where the kernel computed it with the result (flat, float64). Empty
     for an operation without a bound or with written (``out=``, in-place) arguments.
     """
     name = _BOUNDED.get(func, "")
@@ -217,6 +220,9 @@ def site_bounds(func: Any, args: Any, kwargs: Any, out: Any) -> dict[int, Bound]
     for i, (o, k, kb) in enumerate(zip(outs, ks, kbs, strict=False)):
         if isinstance(o, torch.Tensor) and k is not None and 0 < k <= K_MAX:
             assert kb is not None
+            if s is not None:
+                res[id(o)] = Bound.given(k, s[i], kb)
+                continue
             res[id(o)] = norm_bound(name, args, kwargs, i, k, kb, shared) or Bound(k, shared, i, kb)
     return res
 

@@ -318,6 +318,76 @@ def norms32(func: Any, args: Any, kwargs: Any) -> Any:
     return out
 
 
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _row_sums(x, out, s):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
+    """``out[r] = Σ_c x[r, c]``, ``s[r] = Σ_c |x[r, c]|`` in float64 of a C-contiguous float32
+    ``(R, C)`` array (reassociated: one vectorised loop per row)."""
+    for r in range(x.shape[0]):
+        acc = 0.0
+        mag = 0.0
+        for c in range(x.shape[1]):
+            t = np.float64(x[r, c])
+            acc += t
+            mag += abs(t)
+        out[r] = acc
+        s[r] = mag
+
+
+@numba.njit(cache=True, nogil=True)
+def _col_sums(x, out, s):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
+    """``out[c] = Σ_r x[r, c]``, ``s[c] = Σ_r |x[r, c]|`` in float64 of a C-contiguous float32
+    ``(R, C)`` array (rows added in order, each a vectorised loop over the columns)."""
+    out[:] = 0.0
+    s[:] = 0.0
+    for r in range(x.shape[0]):
+        for c in range(x.shape[1]):
+            t = np.float64(x[r, c])
+            out[c] += t
+            s[c] += abs(t)
+
+
+def sum32(func: Any, args: Any, kwargs: Any) -> tuple[torch.Tensor, np.ndarray] | None:
+    """``sum.dim_IntList`` of a contiguous float32 CPU tensor over its leading or its trailing
+    dimensions (no ``dtype``), in float64 straight from the float32 values: ``(the float64
+    result, S)``, ``S`` the sums of absolute values (SPEC VI §1: in any order, in float64 here)
+    flat in C order; or None (the caller casts and runs ATen).
+
+    A bounded site: any summation order replays it, so one pass computes both the sum and
+    its ``S``, with neither a float64 copy of the input nor a second pass on absolute values."""
+    if func is not torch.ops.aten.sum.dim_IntList:
+        return None
+    b = op_tables.bind(func, args, kwargs)
+    x, dims, keep = b["self"], b["dim"], bool(b["keepdim"])
+    if b["dtype"] is not None or not isinstance(x, torch.Tensor):
+        return None
+    if x.dtype != torch.float32 or x.device.type != "cpu" or not x.is_contiguous():
+        return None
+    n = x.dim()
+    dims = list(range(n)) if not dims else list(dims)  # none given: every dimension
+    if n == 0 or x.numel() == 0 or not all(isinstance(d, int) and -n <= d < n for d in dims):
+        return None  # (out of range: ATen's error)
+    red = sorted({d % n for d in dims})
+    if len(red) != len(dims) or red[-1] - red[0] != len(red) - 1:
+        return None  # repeated (ATen's error), or not one run of dimensions
+    shape = tuple(int(d) for d in x.shape)
+    kept = [d for i, d in enumerate(shape) if i not in red]
+    size = math.prod(shape[i] for i in red)
+    if size > K_MAX:
+        return None  # not a bounded site
+    view = _np(x).reshape(-1)
+    out_n = x.numel() // size
+    out, mag = np.empty(out_n), np.empty(out_n)
+    if red[-1] == n - 1:  # trailing dimensions: a sum per row
+        _row_sums(view.reshape(out_n, size), out, mag)
+    elif red[0] == 0:  # leading dimensions: a sum per column
+        _col_sums(view.reshape(size, out_n), out, mag)
+    else:
+        return None
+    oshape = [1 if i in red else d for i, d in enumerate(shape)] if keep else kept
+    calls["sum"] += 1
+    return torch.from_numpy(out).view(oshape), mag
+
+
 def _cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...) from ``cpuinfo``'s
     ``vendor_id`` line (Linux on x86), else ``GenuineIntel`` if ``platform.processor()`` names

@@ -289,9 +289,16 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             return self._covered64(func, args, kwargs)
 
     def _covered64(self, func: Any, args: Any, kwargs: Any) -> Any:
-        out = kernels64.norms32(func, args, kwargs) if self.fast_kernels else None
-        if out is not None:  # norms: float64 from the float32 values, without copies (unbounded)
-            return _rebuilt(out, iter([self.round_site(o, func.__name__) for o in _leaves(out)]))
+        if self.fast_kernels:  # float64 straight from the float32 values, without copies
+            out = kernels64.norms32(func, args, kwargs)
+            if out is not None:  # unbounded sites
+                return _rebuilt(
+                    out, iter([self.round_site(o, func.__name__) for o in _leaves(out)])
+                )
+            got = kernels64.sum32(func, args, kwargs) if self.bounded else None
+            if got is not None:  # a bounded site, with its S
+                bound = site_bounds(func, args, kwargs, got[0], [got[1]]).get(id(got[0]))
+                return self.round_site(got[0], func.__name__, bound)
         flat = _leaves((args, kwargs))
         up: dict[int, torch.Tensor] = {}
         new: list[Any] = []
