@@ -16,7 +16,10 @@ faster than OpenBLAS (``PRODUCTS`` picks one per machine). Here:
   the blocks added by compensated summation (:func:`convolution_blocked`);
 * the weight and bias gradients of ``convolution_backward`` (same cases), from the same
   columns, in blocks of images (:func:`weight_grad_blocks`); the input gradient stays with
-  ATen, which is faster at it than an im2col transpose (col2im) in NumPy.
+  ATen, which is faster at it than an im2col transpose (col2im) in NumPy;
+* taken before the float64 copies are made, straight from float32 tensors: ``sum`` over
+  leading or trailing dimensions, with its ``S`` in the same pass (:func:`sum32`), and, for
+  unbounded sites, Euclidean norms (:func:`norms32`: gradient clipping).
 
 Every element is the same sum of exact float64 products (padding adds exact zeros) in another
 order (within each block), so ``K`` (``K'``) of SPEC VI §2 bounds it. Anything else (float32
