@@ -373,6 +373,11 @@ def test_sums_from_float32_within_the_bound_of_aten() -> None:
         gamma = k * 2.0**-53 / (1 - k * 2.0**-53)
         assert (np.abs(out.reshape(-1).numpy() - ref.reshape(-1).numpy()) <= gamma * mags).all()
         assert (np.abs(s - mags) <= gamma * mags).all()
+        # the S of the path without sum32 (the operation on absolute values, in float32):
+        # the same dimensions, negative ones too
+        aten_s = site_bounds(A.sum.dim_IntList, (x, dims, keep), {}, ref)[id(ref)].s()
+        assert aten_s.shape == s.shape
+        assert (np.abs(aten_s - s) <= 2 * k * 2.0**-24 * mags).all(), dims
     for args, kwargs in [
         ((x, [1]), {}),  # an inner dimension
         ((x, [0, 2]), {}),  # not one run
@@ -391,3 +396,18 @@ def test_sums_from_float32_within_the_bound_of_aten() -> None:
 def test_training_takes_the_float32_sums() -> None:
     b = ex.build("lm", seed=1, width=16, batch=2)  # bias gradients: sums over the batch
     assert _one_step_calls(b)["sum"] > 0
+
+
+def test_the_operation_on_absolute_values_keeps_dimensions_and_takes_scalars_whole() -> None:
+    """``S`` (``AbsOp``): the absolute values of tensors and of Scalar arguments (α, β), never of
+    dimensions: ``mean`` over dimension -1 is ``mean`` of ``|x|`` over -1, not over 1."""
+    g = torch.Generator().manual_seed(23)
+    x = torch.randn(3, 4, 5, generator=g)
+    ref = A.mean.dim(x.double(), [-1])
+    s = site_bounds(A.mean.dim, (x, [-1]), {}, ref)[id(ref)].s()
+    assert np.allclose(s, x.abs().mean(-1).reshape(-1).numpy(), rtol=1e-6)
+    a, b, c = (torch.randn(*sh, generator=g) for sh in ((4, 6), (6, 5), (5,)))
+    out = A.addmm.default(c.double(), a.double(), b.double(), beta=-2, alpha=-3)
+    s = site_bounds(A.addmm.default, (c, a, b), {"beta": -2, "alpha": -3}, out)[id(out)].s()
+    want = 2 * c.abs() + 3 * (a.abs() @ b.abs())
+    assert np.allclose(s, want.reshape(-1).numpy(), rtol=1e-6)

@@ -71,6 +71,10 @@ def test_upcast_is_to_float64_with_the_same_strides() -> None:
     g = torch.Generator().manual_seed(3)
     w = torch.randn(512, 128, generator=g)
     cases = [w, w.t(), w[::2], w[:, 1:], torch.randn(4, 128, 64, generator=g), w[:2]]
+    # size-1 dimensions with strides of their own (a Linear(n, 1) weight's transpose, a
+    # transposed single head): to keeps them, and ATen picks its kernel by them
+    cases += [torch.randn(1, 40000, generator=g).t()]
+    cases += [torch.randn(512, 1, 64, generator=g).transpose(0, 1)]
     p = Pool()
     for a in cases:
         with p.lending():
@@ -78,7 +82,8 @@ def test_upcast_is_to_float64_with_the_same_strides() -> None:
             ref = a.to(torch.float64)
             assert got.dtype == torch.float64 and torch.equal(got, ref)
             assert got.stride() == ref.stride() and got.shape == ref.shape
-    assert p.reused == 1  # w.t() took w's tensor back (the same element count)
+    assert p.reused == 2  # w.t() took w's tensor back (the same element count), and the
+    # transposed head the 4 x 128 x 64 one's
 
 
 def test_products_into_a_given_tensor_are_atens() -> None:

@@ -118,11 +118,15 @@ class AbsOp:
         if self._out is None:
             memo: dict[int, torch.Tensor] = {}
             dt = self.dtype
+            scalars = _scalar_names(self.func)
+            names = [a.name for a in self.func._schema.arguments]
             aargs = tuple(
-                [_abs(x, dt, memo) for x in a] if isinstance(a, list) else _abs(a, dt, memo)
-                for a in self.args
+                [_abs(x, dt, memo, False) for x in a]
+                if isinstance(a, list)
+                else _abs(a, dt, memo, i < len(names) and names[i] in scalars)
+                for i, a in enumerate(self.args)
             )
-            akwargs = {k: _abs(v, dt, memo) for k, v in self.kwargs.items()}
+            akwargs = {k: _abs(v, dt, memo, k in scalars) for k, v in self.kwargs.items()}
             if "dtype" in akwargs and akwargs["dtype"] is not None:
                 akwargs["dtype"] = dt
             out = self.func(*aargs, **akwargs)
@@ -142,14 +146,34 @@ class AbsOp:
         return t.detach().contiguous().view(-1)
 
 
-def _abs(a: Any, dtype: torch.dtype, memo: dict[int, torch.Tensor]) -> Any:
+def _abs(a: Any, dtype: torch.dtype, memo: dict[int, torch.Tensor], scalar: bool) -> Any:
+    """``|a|`` for a floating tensor, and for a number where the schema's argument is a
+    ``Scalar`` (``scalar``: α, β); other arguments (dimensions, sizes, flags) as given."""
     if isinstance(a, torch.Tensor) and a.is_floating_point():
         if id(a) not in memo:
             memo[id(a)] = a.detach().to(dtype).abs()
         return memo[id(a)]
-    if isinstance(a, float | int) and not isinstance(a, bool):
+    if scalar and isinstance(a, float | int) and not isinstance(a, bool):
         return abs(a)
     return a
+
+
+_SCALARS: dict[Any, frozenset[str]] = {}  # operation -> names of its Scalar arguments
+
+
+def _scalar_names(func: Any) -> frozenset[str]:
+    """Names of ``func``'s ``Scalar`` (or ``Scalar?``) schema arguments, once per operation."""
+    names = _SCALARS.get(func)
+    if names is None:
+        found = set()
+        for arg in func._schema.arguments:
+            t = arg.type
+            if isinstance(t, torch.OptionalType):
+                t = t.getElementType()
+            if isinstance(t, torch.NumberType):
+                found.add(arg.name)
+        names = _SCALARS[func] = frozenset(found)
+    return names
 
 
 def _prod(xs: Any) -> int:

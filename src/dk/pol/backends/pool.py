@@ -70,13 +70,11 @@ class Pool:
         CPU tensor laid out row-major or as the transpose of a row-major matrix."""
         if a.device.type != "cpu" or a.numel() < MIN_NUMEL:
             return a.to(_F64)
-        if a.is_contiguous():
-            out = self.empty(a.shape)
-        elif a.dim() == 2 and a.t().is_contiguous():
-            out = self.empty(a.t().shape).t()
-        else:
+        if not (a.is_contiguous() or (a.dim() == 2 and a.t().is_contiguous())):
             return a.to(_F64)
-        return out.copy_(a)
+        # a's own strides (dense: they address each of numel elements once), kept as `to`
+        # keeps them, also those of size-1 dimensions, which choose ATen's kernels
+        return self.empty((a.numel(),)).as_strided(a.shape, a.stride()).copy_(a)
 
     @contextmanager
     def lending(self) -> Iterator[None]:
