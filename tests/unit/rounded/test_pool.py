@@ -117,8 +117,15 @@ def test_products_into_a_given_tensor_are_atens() -> None:
 
 
 def _interval(pooled: bool, products: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """One recorded interval of a small LM; ``pooled`` False: as before the pool, fresh tensors
+    and products by the operation itself (ATen's ``mm``, not its ``out=`` overload)."""
     monkeypatch.setattr(pool, "MIN_NUMEL", pool.MIN_NUMEL if pooled else 1 << 62)
     monkeypatch.setattr(kernels64, "PRODUCTS", products)
+    if not pooled:
+        run = kernels64.run
+        monkeypatch.setattr(
+            kernels64, "run", lambda func, args, kwargs, empty=None: run(func, args, kwargs)
+        )
     b = ex.build("lm", seed=7, width=64, batch=8)
     ex.train(b, range(1))
     mode = RoundedMode.record(job_id=JOB, interval=1)
