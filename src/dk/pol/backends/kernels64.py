@@ -275,6 +275,11 @@ def convolution(args: Any, kwargs: Any) -> Any:
     return torch.from_numpy(out.reshape(n, co, cols.ho, cols.wo))
 
 
+_FOREACH_NORM = torch.ops.aten._foreach_norm.Scalar
+_VECTOR_NORM = torch.ops.aten.linalg_vector_norm.default
+_SUM_DIMS = torch.ops.aten.sum.dim_IntList
+
+
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _squares32(x):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
     """``Σ float64(x_i)²`` of a flat float32 array (reassociated: one vectorised loop)."""
@@ -304,20 +309,20 @@ def norms32(func: Any, args: Any, kwargs: Any) -> Any:
     order follows the CPU's vector width, this sums the squares in an order of its own; two
     orders of ``K`` non-negative float64 terms differ by at most ``(K - 1)·2^-53`` of the sum,
     in practice ``√K`` times less (the honest-reproduction assumption of §2)."""
+    if func is not _FOREACH_NORM and func is not _VECTOR_NORM:  # first: every covered call
+        return None
     b = op_tables.bind(func, args, kwargs)
     if b.get("dtype") is not None or _scalar(b.get("ord", 2)) != 2.0:
         return None
-    name = func.overloadpacket.__name__
     out: Any = None
-    if name == "_foreach_norm" and func._overloadname == "Scalar":
+    if func is _FOREACH_NORM:
         ts = b["self"]
         norms = [_norm32(t) for t in ts] if isinstance(ts, list | tuple) else [None]
         out = None if any(o is None for o in norms) else norms
-    elif name == "linalg_vector_norm" and func._overloadname == "default":
-        if b.get("dim") is None and not b.get("keepdim"):
-            out = _norm32(b["self"])
+    elif b.get("dim") is None and not b.get("keepdim"):
+        out = _norm32(b["self"])
     if out is not None:
-        calls[name] += 1
+        calls[func.overloadpacket.__name__] += 1
     return out
 
 
@@ -357,7 +362,7 @@ def sum32(func: Any, args: Any, kwargs: Any) -> tuple[torch.Tensor, np.ndarray] 
 
     A bounded site: any summation order replays it, so one pass computes both the sum and
     its ``S``, with neither a float64 copy of the input nor a second pass on absolute values."""
-    if func is not torch.ops.aten.sum.dim_IntList:
+    if func is not _SUM_DIMS:  # first: every covered call asks
         return None
     b = op_tables.bind(func, args, kwargs)
     x, dims, keep = b["self"], b["dim"], bool(b["keepdim"])
