@@ -51,6 +51,7 @@ import torch
 
 from dk.pol.backends import ops as op_tables
 from dk.pol.backends.bounds import K_MAX
+from dk.pol.backends.normbounds import squares
 
 # Number of calls each kernel answered (tests prove the fast path ran; diagnostics).
 calls: Counter[str] = Counter()
@@ -280,24 +281,14 @@ _VECTOR_NORM = torch.ops.aten.linalg_vector_norm.default
 _SUM_DIMS = torch.ops.aten.sum.dim_IntList
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _squares32(x):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
-    """``Σ float64(x_i)²`` of a flat float32 array (reassociated: one vectorised loop)."""
-    s = 0.0
-    for i in range(x.size):
-        t = np.float64(x[i])
-        s += t * t
-    return s
-
-
 def _norm32(t: Any) -> torch.Tensor | None:
     """The float64 Euclidean norm of a contiguous float32 CPU tensor, as a 0-d tensor."""
     if not (isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.device.type == "cpu"):
         return None
     if not t.is_contiguous():
         return None
-    flat = _np(t.view(-1)) if t.numel() else np.zeros(0, dtype=np.float32)
-    return torch.tensor(math.sqrt(_squares32(flat)), dtype=_F64)
+    sq = float(squares(_np(t.view(1, -1)), -1)[0]) if t.numel() else 0.0
+    return torch.tensor(math.sqrt(sq), dtype=_F64)
 
 
 def norms32(func: Any, args: Any, kwargs: Any) -> Any:
@@ -309,7 +300,7 @@ def norms32(func: Any, args: Any, kwargs: Any) -> Any:
     order follows the CPU's vector width, this sums the squares in an order of its own; two
     orders of ``K`` non-negative float64 terms differ by at most ``(K - 1)·2^-53`` of the sum,
     in practice ``√K`` times less (the honest-reproduction assumption of §2)."""
-    if func is not _FOREACH_NORM and func is not _VECTOR_NORM:  # first: every covered call
+    if func is not _FOREACH_NORM and func is not _VECTOR_NORM:
         return None
     b = op_tables.bind(func, args, kwargs)
     if b.get("dtype") is not None or _scalar(b.get("ord", 2)) != 2.0:
@@ -362,7 +353,7 @@ def sum32(func: Any, args: Any, kwargs: Any) -> tuple[torch.Tensor, np.ndarray] 
 
     A bounded site: any summation order replays it, so one pass computes both the sum and
     its ``S``, with neither a float64 copy of the input nor a second pass on absolute values."""
-    if func is not _SUM_DIMS:  # first: every covered call asks
+    if func is not _SUM_DIMS:
         return None
     b = op_tables.bind(func, args, kwargs)
     x, dims, keep = b["self"], b["dim"], bool(b["keepdim"])
@@ -428,6 +419,20 @@ def aten_products(vendor: str | None = None, mkl: bool | None = None) -> bool:
 # Who computes the float64 matrix products of bounded sites on this machine: "numpy" (``matmul``)
 # or "aten" (the caller's ATen kernel). Tests set it.
 PRODUCTS = "aten" if aten_products() else "numpy"
+
+
+def run32(func: Any, args: Any, kwargs: Any) -> tuple[Any, list[np.ndarray] | None] | None:
+    """The covered call ``func(*args, **kwargs)`` on its float32 CPU tensors, computed in
+    float64 without float64 copies of them: ``(float64 result, S of each output or None)``,
+    ``S`` given where the kernel computes it with a bounded site's result (:func:`sum32`),
+    None for unbounded sites (:func:`norms32`); or None (the caller copies and runs ATen)."""
+    if func is _SUM_DIMS:
+        got = sum32(func, args, kwargs)
+        return None if got is None else (got[0], [got[1]])
+    if func is _FOREACH_NORM or func is _VECTOR_NORM:
+        out = norms32(func, args, kwargs)
+        return None if out is None else (out, None)
+    return None
 
 
 def aten_product(func: Any, args: Any, kwargs: Any, empty: Empty) -> Any:

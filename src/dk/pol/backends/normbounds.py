@@ -158,7 +158,7 @@ def _cols_sq(x, out):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
                 out[b, c] += t * t
 
 
-def _squares(x: np.ndarray, over: int) -> np.ndarray:
+def squares(x: np.ndarray, over: int) -> np.ndarray:
     """``Σ x²`` in float64 over axis ``over`` (-1 or -2) of a float32 ``(…, R, C)`` array: shape
     ``(…, R)`` or ``(…, C)``. One pass reading float32 (half of a float64 copy's bytes); a
     transposed matrix is read in its own memory order, anything else not C-contiguous is
@@ -213,7 +213,7 @@ class _ProductBound(_NormBound):
     def _factors(self) -> Outer:
         """``‖A_i‖·‖B_j‖`` (scaled) as rows and columns, and the ``C`` term, over the output
         as ``(B, m, n)`` (``B = 1`` for ``mm``/``addmm``); only where ``α ≠ 0``."""
-        rows, cols = np.sqrt(_squares(self._a, -1)), np.sqrt(_squares(self._b, -2))
+        rows, cols = np.sqrt(squares(self._a, -1)), np.sqrt(squares(self._b, -2))
         rows *= self._alpha * self._inflate()
         m, n = self._shape[-2], self._shape[-1]
         return Outer(rows.reshape(-1, m), cols.reshape(-1, n), self._c_term())

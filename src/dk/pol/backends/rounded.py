@@ -289,16 +289,14 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             return self._covered64(func, args, kwargs)
 
     def _covered64(self, func: Any, args: Any, kwargs: Any) -> Any:
-        if self.fast_kernels:  # float64 straight from the float32 values, without copies
-            out = kernels64.norms32(func, args, kwargs)
-            if out is not None:  # unbounded sites
-                return _rebuilt(
-                    out, iter([self.round_site(o, func.__name__) for o in _leaves(out)])
-                )
-            got = kernels64.sum32(func, args, kwargs) if self.bounded else None
-            if got is not None:  # a bounded site, with its S
-                bound = site_bounds(func, args, kwargs, got[0], [got[1]]).get(id(got[0]))
-                return self.round_site(got[0], func.__name__, bound)
+        name = func.__name__
+        # float64 straight from the float32 values, without copies (norms, sums)
+        got = kernels64.run32(func, args, kwargs) if self._fast else None
+        if got is not None:
+            out, s = got
+            bounds = {} if s is None else site_bounds(func, args, kwargs, out, s)
+            res = [self.round_site(o, name, bounds.get(id(o))) for o in _leaves(out)]
+            return _rebuilt(out, iter(res))
         flat = _leaves((args, kwargs))
         up: dict[int, torch.Tensor] = {}
         new: list[Any] = []
@@ -325,7 +323,6 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
             out = blocked.run(func, uargs, self._float64, self.fast_kernels)
         else:
             out = self._float64(func, uargs, ukwargs)
-        name = func.__name__
         bounds = site_bounds(func, args, kwargs, out) if self.bounded else {}
         written: dict[int, torch.Tensor] = {}
         for t in _written_args(func, args, kwargs):
@@ -345,10 +342,14 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
                 res.append(o)
         return _rebuilt(out, iter(res))
 
+    @property
+    def _fast(self) -> bool:
+        """Whether ``kernels64`` computes what it can (bounded sites only, SPEC VI §2)."""
+        return self.fast_kernels and self.bounded
+
     def _float64(self, func: Any, args: Any, kwargs: Any) -> Any:
         """One float64 call: ``kernels64`` for bounded sites on the CPU, else ATen."""
-        fast = self.fast_kernels and self.bounded  # bounded sites only (SPEC VI §2)
-        out = kernels64.run(func, args, kwargs, self.pool.empty) if fast else None
+        out = kernels64.run(func, args, kwargs, self.pool.empty) if self._fast else None
         return func(*args, **kwargs) if out is None else out
 
     # -- rounding ----------------------------------------------------------------------------
