@@ -13,12 +13,14 @@ import torch
 from dk.errors import BackendUnavailable, FormatError
 from dk.pol.backends import bf16
 from dk.pol.backends import examples as ex
+from dk.pol.backends.bounds import C_MISSING, C_RECORD, bound_cap, thresholds
 from dk.pol.backends.log import LOG_INVALID, LOG_MISSING, RoundingLog
 from dk.pol.backends.rounded import RoundedMode
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 JOB = bytes(range(32))
+D_MAX = (1 << 28) - 1  # the largest D of a value that is not representable
 
 
 def _exponent(f: Fraction) -> int:
@@ -86,6 +88,67 @@ def test_neighbours_bracket_the_value() -> None:
     # adjacent: the neighbour is the nearest itself or one bfloat16 step from it
     stepped = bf16.step(r[fin], up[fin]) + np.float32(0.0)
     assert np.all((nb == r[fin]) | (nb == stepped))
+
+
+def _bf16_at_threshold(
+    rng: np.random.Generator, s: np.ndarray | None, k: tuple[int, int], use_m: bool, t_bits: int
+) -> np.ndarray:
+    """Values whose bfloat16 ``D`` is ``floor(threshold) + {-1, 0, 1}`` (``S = s``, or the
+    unbounded ``t``), on either side of a boundary, with random bits below ``D``'s unit; ``S``
+    up to ``2^51`` puts thresholds at the cap."""
+    n = 30_000
+    e = rng.integers(-20, 20, n)
+    hi = rng.integers(0, 1 << 7, n).astype(np.uint64)
+    sign = rng.choice(np.array([0, 1 << 63], dtype=np.uint64), n)
+    base = ((e + 1023).astype(np.uint64) << np.uint64(52)) | (hi << np.uint64(45))
+    mid = (base | np.uint64(1 << 44)).view(np.float64)  # a boundary, in the binade of v
+    if s is None:
+        t_e = np.full(n, float(t_bits))
+        m_e = t_e / 2
+    else:
+        t_e, m_e = thresholds(mid, s, k[0], t_bits, k[1], mant=bf16.MANT)
+    d = np.clip(np.floor(m_e if use_m else t_e).astype(np.int64) + rng.integers(-1, 2, n), 0, D_MAX)
+    low = (1 << 44) + rng.choice([-1, 1], n) * (d << 16) + rng.integers(0, 1 << 16, n)
+    return ((base | low.astype(np.uint64)) | sign).view(np.float64)
+
+
+@pytest.mark.parametrize("t_bits", [1 << 19, (1 << 23)])
+@pytest.mark.parametrize("use_m", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_the_fused_scan_equals_the_reference(seed: int, use_m: bool, t_bits: int) -> None:
+    """``bf16.scan`` (one Numba pass) gives ``rne``'s bits and the elements ``distance`` and
+    ``thresholds(mant=7)`` select, at the thresholds; odd seeds bound no ``S`` (the unbounded
+    ``t``), seeds 2 and 3 add specials (zeros, NaN, infinities, overflow, tiny values) and
+    ``S`` of NaN, infinity and 0."""
+    rng = np.random.default_rng(seed)
+    k = (int(rng.integers(1, 4096)), 0)
+    k = (k[0], int(rng.integers(1, k[0] + 1)))
+    s = None if seed % 2 else np.exp2(rng.uniform(-30, 50, 30_000)) * rng.uniform(1, 2, 30_000)
+    v = _bf16_at_threshold(rng, s, k, use_m, t_bits)
+    if seed >= 2:
+        pick = rng.choice(v.size, size=v.size // 4, replace=False)
+        specials = [0.0, -0.0, np.nan, np.inf, -np.inf, 3.4e38, -3.3895e38, 1e39, 2.0**-126,
+                    -(2.0**-130), 3 * 2.0**-134, 5e-324, 1.5]  # fmt: skip
+        v[pick] = rng.choice(np.array(specials), pick.size)
+        if s is not None:
+            s_pick = rng.choice(v.size, size=v.size // 10, replace=False)
+            s[s_pick] = rng.choice(np.array([np.nan, np.inf, 0.0, 1e300]), s_pick.size)
+    cap = bound_cap(t_bits)
+    r, idx, tiny = bf16.scan(v, s, k, t_bits, (C_RECORD, C_MISSING, cap), use_m)
+    d = bf16.distance(v)
+    if s is None:
+        t_e = np.full(v.size, float(t_bits))
+        m_e = t_e / 2
+    else:
+        t_e, m_e = thresholds(v, s, k[0], t_bits, k[1], mant=bf16.MANT)
+    is_tiny = (v != 0) & (np.abs(v) < 2.0**-125)
+    want = np.flatnonzero((d <= (m_e if use_m else t_e)) & ~is_tiny)  # tiny: the caller's
+    assert want.size > 1000  # the threshold cases are in the test
+    if s is not None:  # and the cap's
+        assert np.count_nonzero((m_e if use_m else t_e) == (cap / 2 if use_m else cap)) > 1000
+    np.testing.assert_array_equal(idx, want)
+    np.testing.assert_array_equal(r.view(np.uint32), bf16.rne(v).view(np.uint32))
+    assert tiny == bool(is_tiny.any()) == (seed >= 2)
 
 
 def _autocast_run(log: RoundingLog | None) -> tuple[RoundedMode, dict]:

@@ -9,10 +9,15 @@ Direct rounding is computed without double rounding: round to float32 *to odd* (
 set the last bit if anything was cut), then round that float32 to nearest-even at bfloat16's
 precision (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved
 algorithms using rounding to odd", 2008: 24 ≥ 8 + 2 bits).
+
+:func:`rne`, :func:`distance` and ``bounds.thresholds(..., mant=MANT)`` are the reference, in
+NumPy; :func:`scan` fuses them into one Numba pass per site (the rounded backend's CPU path),
+tested against them on random inputs.
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 MANT = 7  # bfloat16 fraction bits (float32: 23)
@@ -89,3 +94,84 @@ def neighbour(r: np.ndarray, v: np.ndarray, up: np.ndarray) -> np.ndarray:
                    np.where(above, step(r, np.zeros_like(up)), r))  # fmt: skip
     res: np.ndarray = out.astype(np.float32) + np.float32(0.0)
     return res
+
+
+_GAPS = np.ldexp(1.0, np.arange(2048) - 1023 - MANT)  # bfloat16 gap by float64 exponent field
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _scan(v, s, has_s, k, kg, t_unb, c_rec, c_miss, cap, use_m, r, idx):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
+    """Fill ``r`` (:func:`rne`); write the indices with ``D <= t_e`` (``use_m``: ``D <= m_e``)
+    into ``idx``; return (their count, whether any value is tiny and nonzero). Tiny values'
+    ``D`` is left to the caller. The operations are :func:`rne`'s, :func:`distance`'s and
+    ``thresholds``' (same float64 operations in the same order, no fastmath)."""
+    bits = v.view(np.int64)
+    rb = r.view(np.uint32)
+    gamma = kg * 2.0**-53 / (1.0 - kg * 2.0**-53)
+    k1, k2 = 1.0 + k * 2.0**-23, k * 2.0**-149
+    capf = float(cap)
+    n = 0
+    tiny = False
+    for i in range(v.size):
+        x = v[i]
+        r[i] = np.float32(x)
+        b = np.int64(rb[i])
+        if (b & 0x7F800000) != 0x7F800000:  # finite: round to odd, then to nearest-even
+            if abs(np.float64(r[i])) > abs(x):
+                b -= 1  # toward zero: r is not zero here
+                rb[i] = np.uint32(b)
+            if np.float64(r[i]) != x:
+                b |= 1
+            b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+        elif x != x:
+            b = 0x7FC00000
+        else:
+            b &= 0xFFFF0000
+        rb[i] = np.uint32(b)
+        r[i] = r[i] + np.float32(0.0)  # a zero is +0
+        a = abs(x)
+        if x == 0.0 or not np.isfinite(r[i]):
+            continue  # D = 2^28, above every threshold
+        if a < _TINY:
+            tiny = True
+            continue
+        d = abs((bits[i] & _LOW) - (1 << 44)) >> 16
+        if has_s:
+            gap = _GAPS[(bits[i] >> 52) & 0x7FF]
+            beta = gamma * (s[i] * k1 + k2) * 2.0**29 / gap
+            if use_m:
+                thr = min(c_miss * beta, capf / 2) if beta == beta else capf / 2
+            else:
+                thr = min(c_rec * beta + 2.0, capf) if beta == beta else capf
+        else:
+            thr = t_unb / 2 if use_m else t_unb
+        if d <= thr:
+            if n < idx.size:
+                idx[n] = i
+            n += 1
+    return n, tiny
+
+
+def scan(
+    v: np.ndarray,
+    s: np.ndarray | None,
+    k: tuple[int, int],
+    t_bits: int,
+    consts: tuple[float, float, int],
+    use_m: bool,
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """``(rne(v), indices with D <= t_e (use_m: m_e), any tiny nonzero)`` of flat contiguous
+    float64 ``v``: ``t_e, m_e`` are ``bounds.thresholds(v, s, *k, t_bits, mant=MANT)`` where
+    ``s`` is given (``S``, flat float64), else ``t_bits`` and ``t_bits / 2``; ``consts`` is
+    ``(C_RECORD, C_MISSING, bound_cap(t_bits))`` of ``bounds``. Tiny nonzero values
+    (``|v| < 2^-125``) are not in the indices: the caller decides them with :func:`distance`
+    (the returned flag says whether there are any)."""
+    r = np.empty(v.size, dtype=np.float32)
+    idx = np.empty(max(64, v.size >> 6), dtype=np.int64)
+    sv = np.zeros(1) if s is None else np.ascontiguousarray(s, dtype=np.float64).reshape(-1)
+    args = (v, sv, s is not None, k[0], k[1], float(t_bits), *consts, use_m, r)
+    n, tiny = _scan(*args, idx)
+    if n > idx.size:
+        idx = np.empty(n, dtype=np.int64)
+        n, tiny = _scan(*args, idx)
+    return r, idx[:n], bool(tiny)

@@ -495,22 +495,36 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
 
     def _round_bf16(self, site: int, v: np.ndarray, bound: Bound | None) -> np.ndarray:
         """A bfloat16 site (SPEC VI §2 with bfloat16's gap): record its entries, or check and
-        follow the log's; the rounded values as float32 holding bfloat16 numbers."""
-        r = bf16.rne(v)
-        d = bf16.distance(v)
-        if bound is None:
-            t_e = np.full(v.size, float(self.t_bits))
-            m_e = t_e / 2
-        else:
-            t_e, m_e = thresholds(v, bound.s(), bound.k, self.t_bits, bound.k_sum, mant=bf16.MANT)
+        follow the log's; the rounded values as float32 holding bfloat16 numbers.
+
+        One ``bf16.scan`` pass gives the rounding and the elements within ``t_e`` (record) or
+        ``m_e`` (replay); the few tiny values, the entries and the flagged elements get their
+        distances and thresholds from the NumPy reference (``bf16.distance``, ``thresholds``).
+        """
+        s = None if bound is None else np.asarray(bound.s(), dtype=np.float64).reshape(-1)
+        k = (0, 0) if bound is None else (bound.k, bound.k_sum)
+        consts = (C_RECORD, C_MISSING, bound_cap(self.t_bits))
+        use_m = self.replaying
+        r, idx, any_tiny = bf16.scan(v, s, k, self.t_bits, consts, use_m)
+
+        def thr(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            if s is None:
+                return np.full(e.size, float(self.t_bits)), np.full(e.size, self.t_bits / 2)
+            return thresholds(v[e], s[e], k[0], self.t_bits, k[1], mant=bf16.MANT)
+
+        if any_tiny:  # 0 < |v| < 2^-125: exact distances in NumPy
+            tiny = np.flatnonzero((v != 0) & (np.abs(v) < _TINY))
+            idx = np.union1d(idx, tiny[bf16.distance(v[tiny]) <= thr(tiny)[1 if use_m else 0]])
         if not self.replaying:
-            idx = np.flatnonzero(d <= t_e)
             if idx.size:
-                self._note(site, idx, r[idx].astype(np.float64) > v[idx], d[idx])
+                vi = v[idx]
+                self._note(site, idx, r[idx].astype(np.float64) > vi, bf16.distance(vi))
             return r
         elems, ups = self._given.get(site, (_EMPTY, _EMPTY_B))
-        _check_entries(site, v.size, elems, lambda e: d[e] > 2 * t_e[e], "bfloat16")
-        _check_missing(site, np.flatnonzero(d <= m_e), elems, "bfloat16")
+        _check_entries(
+            site, v.size, elems, lambda e: bf16.distance(v[e]) > 2 * thr(e)[0], "bfloat16"
+        )
+        _check_missing(site, idx, elems, "bfloat16")
         if elems.size:
             r[elems] = _followed(v[elems], ups, low=True)
         return r
