@@ -13,7 +13,7 @@ import torch
 from dk.errors import BackendUnavailable, FormatError
 from dk.pol.backends import bf16
 from dk.pol.backends import examples as ex
-from dk.pol.backends.bounds import C_MISSING, C_RECORD, bound_cap, thresholds
+from dk.pol.backends.bounds import C_MISSING, C_RECORD, Bound, bound_cap, thresholds
 from dk.pol.backends.log import LOG_INVALID, LOG_MISSING, RoundingLog
 from dk.pol.backends.rounded import RoundedMode
 
@@ -149,6 +149,52 @@ def test_the_fused_scan_equals_the_reference(seed: int, use_m: bool, t_bits: int
     np.testing.assert_array_equal(idx, want)
     np.testing.assert_array_equal(r.view(np.uint32), bf16.rne(v).view(np.uint32))
     assert tiny == bool(is_tiny.any()) == (seed >= 2)
+
+
+@pytest.mark.parametrize("bounded", [True, False])
+def test_a_site_logs_what_the_reference_selects_tiny_values_included(bounded: bool) -> None:
+    """``_round_bf16`` records exactly the elements with ``distance <= t_e`` (the NumPy
+    reference over every element; the kernel leaves tiny ones to it), and a replay that lacks
+    an entry for a tiny element within ``m_e`` refuses it."""
+    rng = np.random.default_rng(7)
+    g = np.arange(1, 2001, dtype=np.float64)
+    rel = rng.uniform(-1, 1, g.size) * np.exp2(rng.uniform(-45, -10, g.size))
+    tiny = (2 * g + 1) * 2.0**-134 * (1 + rel)  # near subnormal bfloat16 midpoints
+    v = np.concatenate([_values(), tiny * rng.choice([-1.0, 1.0], g.size)])
+    s = np.abs(v) * rng.uniform(0, 4, v.size) + 2.0**-140 if bounded else None
+    if s is not None:  # tiny values' thresholds from 2 up to ~2^15 units
+        s[-g.size :] = np.exp2(rng.uniform(-118, -100, g.size))
+    k = (64, 32)
+    bound = Bound.given(k[0], s, k[1]) if bounded else None
+    rec = RoundedMode.record(job_id=JOB, interval=0)
+    r = rec._round_bf16(0, v.copy(), bound)
+    np.testing.assert_array_equal(r.view(np.uint32), bf16.rne(v).view(np.uint32))
+    if bounded:
+        t_e, m_e = thresholds(v, s, k[0], rec.t_bits, k[1], mant=bf16.MANT)
+    else:
+        t_e, m_e = np.full(v.size, float(rec.t_bits)), np.full(v.size, rec.t_bits / 2)
+    d = bf16.distance(v)
+    want = np.flatnonzero(d <= t_e)
+    got = rec._rec[0][1] if rec._rec else np.empty(0, np.int64)
+    np.testing.assert_array_equal(got, want)
+    is_tiny = (v != 0) & (np.abs(v) < 2.0**-125)
+    need_tiny = np.flatnonzero(is_tiny & (d <= m_e))
+    assert 100 < need_tiny.size < g.size - 100  # tiny values decide entries, both ways
+    entries = [(0, int(e), int(u)) for e, u in zip(want, rec._rec[0][2], strict=True)]
+
+    def replay(kept: list[tuple[int, int, int]]) -> np.ndarray:
+        mode = RoundedMode.replay(RoundingLog(JOB, 0, rec.tau_log2, 1, rec.trace, kept))
+        return mode._round_bf16(0, v.copy(), bound)
+
+    np.testing.assert_array_equal(replay(entries), r)  # the recorded sides: the same values
+    drop = int(need_tiny[0])
+    with pytest.raises(FormatError) as e:
+        replay([x for x in entries if x[1] != drop])
+    assert e.value.reason == LOG_MISSING
+    # an entry of a tiny element within t_e but not m_e is the worker's choice: no demand
+    optional = np.flatnonzero(is_tiny & (d > m_e) & (d <= t_e))
+    assert optional.size
+    replay([x for x in entries if x[1] not in set(optional.tolist())])
 
 
 def _autocast_run(log: RoundingLog | None) -> tuple[RoundedMode, dict]:
