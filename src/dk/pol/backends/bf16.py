@@ -124,7 +124,7 @@ def _scan(v, s, has_s, k, kg, t_unb, c_rec, c_miss, cap, use_m, r, idx):  # type
                 b |= 1
             b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
         elif x != x:
-            b = 0x7FC00000
+            b = np.int64(0x7FC00000)
         else:
             b &= 0xFFFF0000
         rb[i] = np.uint32(b)
