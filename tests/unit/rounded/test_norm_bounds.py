@@ -17,10 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from dk.pol.backends import bounds, normbounds
+from dk.errors import FormatError
+from dk.pol.backends import bf16, bounds, normbounds
 from dk.pol.backends import examples as ex
 from dk.pol.backends._scan import Outer
 from dk.pol.backends.bounds import Bound, site_bounds, thresholds
+from dk.pol.backends.log import LOG_MISSING, RoundingLog
 from dk.pol.backends.rounded import RoundedMode
 
 JOB = bytes(range(32))
@@ -168,9 +170,11 @@ def test_the_scan_takes_the_array_bound_as_factors(case: Case) -> None:
         np.testing.assert_array_equal(given.at(idx), flat[idx])
 
 
-def _record(kind: str, norm_bounds: bool, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """One recorded step (after a warm-up step) of example ``kind``; its log and the calls
-    whose whole ``S`` was computed."""
+def _record(
+    kind: str, norm_bounds: bool, monkeypatch: pytest.MonkeyPatch, low: bool = False
+) -> Any:
+    """One recorded step (after a warm-up step) of example ``kind`` (``low``: under bfloat16
+    autocast); its log and the calls whose whole ``S`` was computed."""
     computed: Counter[str] = Counter()
     get = bounds.AbsOp.get
 
@@ -180,11 +184,13 @@ def _record(kind: str, norm_bounds: bool, monkeypatch: pytest.MonkeyPatch) -> An
         return get(self, index)
 
     whole = contextlib.nullcontext() if norm_bounds else normbounds.off()
-    with monkeypatch.context() as m, whole:
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if low else contextlib.nullcontext()
+    with monkeypatch.context() as m, whole, autocast:
         m.setattr(bounds.AbsOp, "get", counted)
         built = ex.build(kind, seed=0, width=32, batch=4)
         ex.train(built, range(1), lambda: RoundedMode.record(job_id=JOB, interval=0))
         mode = RoundedMode.record(job_id=JOB, interval=1)
+        mode.signatures = built["signatures"] = []
         ex.train(built, range(1, 2), lambda: mode)
         return mode.finish(), computed, built
 
@@ -207,6 +213,32 @@ def test_the_log_is_the_whole_s_log_and_replays_either_way(
             if not norm_bounds:
                 m.setattr(normbounds, "norm_bound", lambda *a: None)
             b2 = ex.build(kind, seed=0, width=32, batch=4)
+            ex.train(b2, range(1), lambda: RoundedMode.record(job_id=JOB, interval=0))
+            rep = RoundedMode.replay(given)
+            ex.train(b2, range(1, 2), lambda: rep)  # noqa: B023
+            rep.finish()
+        for a, b in zip(built["model"].parameters(), b2["model"].parameters(), strict=True):
+            assert torch.equal(a, b)
+
+
+def test_bfloat16_products_take_norm_bounds_and_log_as_the_whole_s() -> None:
+    """Under bfloat16 autocast the LM's products (bfloat16 operands, read as float32) are
+    bounded from norms too: no pass on absolute values, the whole-``S`` log, and a replay
+    either way gives the same step."""
+    with pytest.MonkeyPatch.context() as mp:
+        log, computed, built = _record("lm", True, mp, low=True)
+        whole_log, whole_computed, whole_built = _record("lm", False, mp, low=True)
+    products = {"mm", "addmm", "bmm", "baddbmm"}
+    assert sum(whole_computed[p] for p in products) > 0
+    assert sum(computed[p] for p in products) == 0
+    assert any(name.endswith(":bf16") for name, _ in built["signatures"])  # bfloat16 sites
+    assert log.encode() == whole_log.encode()
+    for a, b in zip(built["model"].parameters(), whole_built["model"].parameters(), strict=True):
+        assert torch.equal(a, b)
+    for given, norm_bounds in ((log, False), (whole_log, True)):
+        whole = contextlib.nullcontext() if norm_bounds else normbounds.off()
+        with whole, torch.autocast("cpu", dtype=torch.bfloat16):
+            b2 = ex.build("lm", seed=0, width=32, batch=4)
             ex.train(b2, range(1), lambda: RoundedMode.record(job_id=JOB, interval=0))
             rep = RoundedMode.replay(given)
             ex.train(b2, range(1, 2), lambda: rep)  # noqa: B023
@@ -245,7 +277,10 @@ def _edge_values(r: np.ndarray, s64: np.ndarray, bound: Any, t_bits: int, rng: A
     ``⌊t_e⌋``, ``⌊t_e⌋ + 1``, ``⌊m_e⌋``, ``⌊m_e⌋ + 1`` (4 each) from their rounding boundary, in
     units of 2^-29 gap (SPEC VI §2), with ``t_e``, ``m_e`` from ``s64``; and those elements."""
     v = r.astype(np.float64)
-    picks = rng.choice(np.flatnonzero(np.abs(r) > 1e-3), 16, replace=False)
+    # where S is large against |v| (cancelling sums), so that the norms' bound, above S, moves
+    # the threshold past the elements placed one unit beyond it
+    ratio = np.where(np.abs(r) > 2.0**-20, s64 / np.maximum(np.abs(r), 2.0**-20), 0.0)
+    picks = rng.permutation(np.argsort(ratio)[-16:])
     gap = np.spacing(np.abs(r[picks])).astype(np.float64)
     mid = np.abs(r[picks]).astype(np.float64) + gap / 2
     t_e, m_e = thresholds(mid, s64[picks], bound.k, t_bits, bound.k_sum)
@@ -292,6 +327,57 @@ def test_elements_at_their_thresholds_are_decided_as_with_s(case: Any) -> None:
         assert np.array_equal(idx, ref)
         assert set(idx.tolist()) == set(flagged.tolist())
     assert bound._s is None  # decided from the norms and 16 elements' own S
+
+
+@pytest.mark.parametrize("with_c", [False, True])
+def test_bfloat16_elements_at_their_thresholds_are_decided_as_with_s(with_c: bool) -> None:
+    """A bfloat16 product's site (autocast) under its norm bound: elements placed at their
+    bfloat16 thresholds and one unit past them are recorded (``t_e``) and demanded (``m_e``)
+    exactly as ``S`` decides, and the whole ``S`` is never computed."""
+    g = torch.Generator().manual_seed(37)
+    a = torch.randn(128, 512, generator=g).to(torch.bfloat16)
+    b = torch.randn(512, 128, generator=g).to(torch.bfloat16)
+    c = torch.randn(128, 128, generator=g).to(torch.bfloat16)
+    func, args = (aten.addmm.default, (c, a, b)) if with_c else (aten.mm.default, (a, b))
+    o = func(*[t.double() for t in args])
+    bound = site_bounds(func, args, {}, o)[id(o)]
+    assert bound.refine  # bfloat16 operands take the norm bound
+    s64 = bound._exact(np.arange(o.numel()))
+    r = bf16.rne(o.reshape(-1).numpy())  # v on bfloat16 values (never flagged) but 16 elements
+    rng = np.random.default_rng(43)
+    # where S is large against |v| (cancelling sums), so that the norms' bound, above S, moves
+    # the threshold past the elements placed one unit beyond it
+    ratio = np.where(np.abs(r) > 2.0**-20, s64 / np.maximum(np.abs(r), 2.0**-20), 0.0)
+    picks = rng.permutation(np.argsort(ratio)[-16:])
+    mag = np.abs(r[picks]).astype(np.float64)
+    gap = np.ldexp(1.0, np.frexp(mag)[1] - 1 - bf16.MANT)
+    mid = mag + gap / 2  # the boundary above each
+    t_bits = RoundedMode.record(job_id=JOB, interval=0).t_bits
+    t_e, m_e = thresholds(mid, s64[picks], bound.k, t_bits, bound.k_sum, mant=bf16.MANT)
+    up = thresholds(mid, bound.s_upper()[picks], bound.k, t_bits, bound.k_sum, mant=bf16.MANT)
+    assert (up[0][:8] > np.floor(t_e[:8]) + 1).all() and (up[1][8:] > np.floor(m_e[8:]) + 1).all()
+    d = np.floor(np.concatenate([t_e[:8], m_e[8:]])) + np.tile(np.repeat([0, 1], 4), 2)
+    v = r.astype(np.float64)
+    v[picks] = np.sign(r[picks]) * (mid + d * gap * 2.0**-29)
+    assert np.array_equal(bf16.distance(v[picks]), d)
+    within_t, within_m = np.sort(np.concatenate([picks[:4], picks[8:]])), np.sort(picks[8:12])
+    logs = []
+    for bd in (bound, Bound.given(bound.k, s64, bound.k_sum)):
+        rec = RoundedMode.record(job_id=JOB, interval=0)
+        rec._round_bf16(0, v, bd)
+        logs.append(rec._rec[0][1].tolist())
+    assert logs[0] == logs[1] == within_t.tolist()
+
+    def replay(elements: np.ndarray) -> None:
+        entries = [(0, int(e), 1) for e in elements]
+        mode = RoundedMode.replay(RoundingLog(JOB, 0, rec.tau_log2, 1, rec.trace, entries))
+        mode._round_bf16(0, v, bound)
+
+    replay(within_m)  # those at m_e demanded, those one unit past it not
+    with pytest.raises(FormatError) as e:
+        replay(within_m[1:])
+    assert e.value.reason == LOG_MISSING
+    assert bound._s is None  # decided from the norms and the candidates' own S
 
 
 def test_alpha_zero_ignores_non_finite_products() -> None:

@@ -36,6 +36,7 @@ from dk.pol.backends._switch import Switch
 from dk.pol.backends.bounds import AbsOp, Bound
 
 _F64 = torch.float64
+_LOW = (torch.float32, torch.bfloat16)
 _INFLATE = 2.0**-20  # (1 + K·2^-20): the bound's float64 roundings and S's own
 # Smallest operation (multiply-adds) bounded from norms: below, the pass on absolute values
 # costs less than the norms' fixed costs (measured: ResNet width 8, 2.4 M multiply-adds per
@@ -462,6 +463,20 @@ def _cpu32(*ts: Any) -> bool:
     )
 
 
+def _cpu_low(*ts: Any) -> bool:
+    """Float32 or bfloat16 (autocast) CPU tensors: a product's operands, whose values the bound
+    reads as float32 (exactly: every bfloat16 is a float32)."""
+    return all(
+        isinstance(t, torch.Tensor) and t.dtype in _LOW and t.device.type == "cpu" for t in ts
+    )
+
+
+def _f32(t: torch.Tensor) -> np.ndarray:
+    t = t.detach()
+    out: np.ndarray = (t if t.dtype == torch.float32 else t.float()).numpy()
+    return out
+
+
 def _product(name: str, args: Any, kwargs: Any, k: int, k_sum: int, shared: AbsOp) -> Bound | None:
     if set(kwargs) - {"alpha", "beta"}:
         return None
@@ -471,7 +486,7 @@ def _product(name: str, args: Any, kwargs: Any, k: int, k_sum: int, shared: AbsO
         return None
     c, x, y = (a[0], a[1], a[2]) if has_c else (None, a[0], a[1])
     alpha, beta = kwargs.get("alpha", 1), kwargs.get("beta", 1)
-    if not _cpu32(*(t for t in (x, y, c) if t is not None)) or any(
+    if not _cpu_low(*(t for t in (x, y, c) if t is not None)) or any(
         isinstance(z, bool) or not isinstance(z, int | float) for z in (alpha, beta)
     ):
         return None
@@ -479,7 +494,7 @@ def _product(name: str, args: Any, kwargs: Any, k: int, k_sum: int, shared: AbsO
         return None
     if x.numel() == 0 or y.numel() == 0:  # no terms (tests set MIN_MACS to 0): the plain bound
         return None
-    operands = (x.detach().numpy(), y.detach().numpy(), None if c is None else c.detach().numpy())
+    operands = (_f32(x), _f32(y), None if c is None else _f32(c))
     return _ProductBound(k, shared, k_sum, operands, (float(alpha), float(beta)))
 
 
@@ -499,9 +514,9 @@ def norm_bound(
     name: str, args: Any, kwargs: Any, index: int, k: int, k_sum: int, shared: AbsOp
 ) -> Bound | None:
     """The norm bound of output ``index`` of a bounded call (SPEC VI §1), or None (then the
-    caller's plain :class:`Bound`): CPU float32 ``mm``, ``bmm``, ``addmm``, ``baddbmm`` with
-    real scalars, and 2-D ``convolution`` / ``convolution_backward`` that are not
-    transposed, with positional arguments."""
+    caller's plain :class:`Bound`): CPU float32 (or bfloat16, under autocast) ``mm``, ``bmm``,
+    ``addmm``, ``baddbmm`` with real scalars, and CPU float32 2-D ``convolution`` /
+    ``convolution_backward`` that are not transposed, with positional arguments."""
     if not _switch.on:
         return None
     if name in _PRODUCTS:

@@ -500,21 +500,38 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         One ``bf16.scan`` pass gives the rounding and the elements within ``t_e`` (record) or
         ``m_e`` (replay); the few tiny values, the entries and the flagged elements get their
         distances and thresholds from the NumPy reference (``bf16.distance``, ``thresholds``).
+        A refining bound (the CPU's norm bounds) is scanned with its upper bound of ``S``, and
+        the elements it flags are decided with ``S`` itself, as :meth:`_band_bounded` does.
         """
-        s = None if bound is None else np.asarray(bound.s(), dtype=np.float64).reshape(-1)
+        use_m = self.replaying
+        which = 1 if use_m else 0
         k = (0, 0) if bound is None else (bound.k, bound.k_sum)
         consts = (C_RECORD, C_MISSING, bound_cap(self.t_bits))
-        use_m = self.replaying
-        r, idx, any_tiny = bf16.scan(v, s, k, self.t_bits, consts, use_m)
+
+        def scan(s: Any) -> tuple[np.ndarray, np.ndarray, bool]:
+            if isinstance(s, Outer):
+                s = s.full()
+            flat = None if s is None else np.asarray(s, dtype=np.float64).reshape(-1)
+            return bf16.scan(v, flat, k, self.t_bits, consts, use_m)
 
         def thr(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            if s is None:
+            if bound is None:
                 return np.full(e.size, float(self.t_bits)), np.full(e.size, self.t_bits / 2)
-            return thresholds(v[e], s[e], k[0], self.t_bits, k[1], mant=bf16.MANT)
+            return thresholds(v[e], bound.s_at(e), k[0], self.t_bits, k[1], mant=bf16.MANT)
 
+        if bound is None:
+            r, idx, any_tiny = scan(None)
+        elif not bound.refine:
+            r, idx, any_tiny = scan(bound.s())
+        else:  # the upper bound flags a superset (thresholds grow with S)
+            r, idx, any_tiny = scan(bound.scan_upper())
+            if idx.size and bound.whole(idx.size):  # much of the site: scan again with S
+                r, idx, any_tiny = scan(bound.s())
+            elif idx.size:
+                idx = idx[bf16.distance(v[idx]) <= thr(idx)[which]]
         if any_tiny:  # 0 < |v| < 2^-125: exact distances in NumPy
             tiny = np.flatnonzero((v != 0) & (np.abs(v) < _TINY))
-            idx = np.union1d(idx, tiny[bf16.distance(v[tiny]) <= thr(tiny)[1 if use_m else 0]])
+            idx = np.union1d(idx, tiny[bf16.distance(v[tiny]) <= thr(tiny)[which]])
         if not self.replaying:
             if idx.size:
                 vi = v[idx]
