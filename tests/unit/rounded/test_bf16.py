@@ -129,7 +129,8 @@ def test_the_fused_scan_equals_the_reference(seed: int, use_m: bool, t_bits: int
         pick = rng.choice(v.size, size=v.size // 4, replace=False)
         specials = [0.0, -0.0, np.nan, np.inf, -np.inf, 3.4e38, -3.3895e38, 1e39, 2.0**-126,
                     -(2.0**-130), 3 * 2.0**-134, 5e-324, 1.5]  # fmt: skip
-        v[pick] = rng.choice(np.array(specials), pick.size)
+        nans = np.array([0xFFF8000000000000, 0x7FF0000000000001], dtype=np.uint64)  # -NaN, sNaN
+        v[pick] = rng.choice(np.concatenate([specials, nans.view(np.float64)]), pick.size)
         if s is not None:
             s_pick = rng.choice(v.size, size=v.size // 10, replace=False)
             s[s_pick] = rng.choice(np.array([np.nan, np.inf, 0.0, 1e300]), s_pick.size)

@@ -152,6 +152,43 @@ def _scan(v, s, has_s, k, kg, t_unb, c_rec, c_miss, cap, use_m, r, idx):  # type
     return n, tiny
 
 
+_LOW45 = (1 << 45) - 1  # float64 bits below bfloat16's last bit
+_HALF45 = 1 << 44
+_MARGIN = 1.0 + 2.0**-20  # pass 1's slack over its own and _scan's roundings
+_NAN32 = np.float32(np.nan)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _keep(v, s, has_s, k, kg, t_unb, coef, add, capw, r, keep):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
+    """Pass 1, branch-free: ``r`` and ``keep``, a superset of the elements :func:`_scan`
+    selects; return whether any value is tiny and nonzero (their ``r`` and ``D`` are the
+    caller's). ``r`` is the float64 bits rounded to nearest-even at bfloat16's precision (7
+    fraction bits) directly, one rounding, right for ``|v| >= 2^-126`` and infinities (a carry
+    past 2^128 gives 2^128, infinite in float32), NaN as ``rne`` writes it, zeros +0. With
+    ``S``: for a non-tiny
+    ``x`` in ``[2^e, 2^(e+1))`` the bfloat16 gap is ``2^(e-7) > |x|·2^-8``, so
+    ``β < γ·S⁺·2^37/|x|`` and ``D <= c·β + a`` implies ``(D - a)·|x| <= c·γ·S⁺·2^37``."""
+    bits = v.view(np.int64)
+    q = coef * (kg * 2.0**-53 / (1.0 - kg * 2.0**-53)) * 2.0**37 * _MARGIN
+    k1, k2 = 1.0 + k * 2.0**-23, k * 2.0**-149
+    tiny = False
+    for i in range(v.size):
+        x, b = v[i], bits[i]
+        f = np.float32(np.int64((b + (_HALF45 - 1) + ((b >> 45) & 1)) & ~_LOW45).view(np.float64))
+        r[i] = (f if x == x else _NAN32) + np.float32(0.0)
+        a = abs(x)
+        small = a < _TINY
+        tiny |= (x != 0.0) & small
+        d = np.float64(np.int32(abs((b & _LOW) - _HALF45) >> 16))
+        ok = (x != 0.0) & (~small) & (abs(f) < np.inf) & (d <= capw)
+        if has_s:
+            far = (d - add) * a > q * (s[i] * k1 + k2)  # False where either side is NaN
+            keep[i] = ok & (not far)
+        else:
+            keep[i] = ok & (d <= t_unb)
+    return tiny
+
+
 def scan(
     v: np.ndarray,
     s: np.ndarray | None,
@@ -165,13 +202,26 @@ def scan(
     ``s`` is given (``S``, flat float64), else ``t_bits`` and ``t_bits / 2``; ``consts`` is
     ``(C_RECORD, C_MISSING, bound_cap(t_bits))`` of ``bounds``. Tiny nonzero values
     (``|v| < 2^-125``) are not in the indices: the caller decides them with :func:`distance`
-    (the returned flag says whether there are any)."""
-    r = np.empty(v.size, dtype=np.float32)
-    idx = np.empty(max(64, v.size >> 6), dtype=np.int64)
+    (the returned flag says whether there are any).
+
+    Two passes: :func:`_keep` (branch-free, so that LLVM vectorises it) rounds every element
+    and keeps a superset of the selected ones; :func:`_scan`
+    decides the kept ones with :func:`rne`'s, :func:`distance`'s and ``thresholds``'
+    operations."""
+    c_rec, c_miss, cap = consts
     sv = np.zeros(1) if s is None else np.ascontiguousarray(s, dtype=np.float64).reshape(-1)
-    args = (v, sv, s is not None, k[0], k[1], float(t_bits), *consts, use_m, r)
-    n, tiny = _scan(*args, idx)
-    if n > idx.size:
-        idx = np.empty(n, dtype=np.int64)
-        n, tiny = _scan(*args, idx)
-    return r, idx[:n], bool(tiny)
+    r = np.empty(v.size, dtype=np.float32)
+    keep = np.empty(v.size, dtype=np.bool_)
+    coef, add = (c_miss, 0.0) if use_m else (c_rec, 2.0)
+    t_unb = t_bits / 2 if use_m else float(t_bits)
+    capw = cap / 2 if use_m else float(cap)
+    tiny = _keep(v, sv, s is not None, k[0], k[1], t_unb, coef, add, capw, r, keep)
+    if tiny:  # below bfloat16's normal range the gap is 2^-133: rne itself
+        at = np.flatnonzero((v != 0) & (np.abs(v) < _TINY))
+        r[at] = rne(v[at])
+    cand = np.flatnonzero(keep)
+    sc = sv[cand] if s is not None else sv
+    idx = np.empty(cand.size, dtype=np.int64)
+    args = (v[cand], sc, s is not None, k[0], k[1], float(t_bits), *consts, use_m)
+    n, _ = _scan(*args, np.empty(cand.size, dtype=np.float32), idx)
+    return r, cand[idx[:n]], bool(tiny)
