@@ -195,50 +195,27 @@ def _record(
         return mode.finish(), computed, built
 
 
-@pytest.mark.parametrize("kind", ["lm", "resnet"])
+@pytest.mark.parametrize(("kind", "low"), [("lm", False), ("resnet", False), ("lm", True)])
 def test_the_log_is_the_whole_s_log_and_replays_either_way(
-    kind: str, monkeypatch: pytest.MonkeyPatch
+    kind: str, low: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log, computed, built = _record(kind, True, monkeypatch)
-    whole_log, whole_computed, whole_built = _record(kind, False, monkeypatch)
+    """``low``: under bfloat16 autocast, whose products (bfloat16 operands, read as float32)
+    are bounded from norms too."""
+    log, computed, built = _record(kind, True, monkeypatch, low)
+    whole_log, whole_computed, whole_built = _record(kind, False, monkeypatch, low)
     normed = {"mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backward"}
     assert sum(whole_computed[p] for p in normed) > 0  # the sites exist
     assert sum(computed[p] for p in normed) == 0  # and needed no pass on absolute values
+    assert any(name.endswith(":bf16") for name, _ in built["signatures"]) == low
     assert log.encode() == whole_log.encode()
     for a, b in zip(built["model"].parameters(), whole_built["model"].parameters(), strict=True):
         assert torch.equal(a, b)
     # replayed by a verifier that takes the other way, the same step bit for bit
     for given, norm_bounds in ((log, False), (whole_log, True)):
-        with monkeypatch.context() as m:
-            if not norm_bounds:
-                m.setattr(normbounds, "norm_bound", lambda *a: None)
-            b2 = ex.build(kind, seed=0, width=32, batch=4)
-            ex.train(b2, range(1), lambda: RoundedMode.record(job_id=JOB, interval=0))
-            rep = RoundedMode.replay(given)
-            ex.train(b2, range(1, 2), lambda: rep)  # noqa: B023
-            rep.finish()
-        for a, b in zip(built["model"].parameters(), b2["model"].parameters(), strict=True):
-            assert torch.equal(a, b)
-
-
-def test_bfloat16_products_take_norm_bounds_and_log_as_the_whole_s() -> None:
-    """Under bfloat16 autocast the LM's products (bfloat16 operands, read as float32) are
-    bounded from norms too: no pass on absolute values, the whole-``S`` log, and a replay
-    either way gives the same step."""
-    with pytest.MonkeyPatch.context() as mp:
-        log, computed, built = _record("lm", True, mp, low=True)
-        whole_log, whole_computed, whole_built = _record("lm", False, mp, low=True)
-    products = {"mm", "addmm", "bmm", "baddbmm"}
-    assert sum(whole_computed[p] for p in products) > 0
-    assert sum(computed[p] for p in products) == 0
-    assert any(name.endswith(":bf16") for name, _ in built["signatures"])  # bfloat16 sites
-    assert log.encode() == whole_log.encode()
-    for a, b in zip(built["model"].parameters(), whole_built["model"].parameters(), strict=True):
-        assert torch.equal(a, b)
-    for given, norm_bounds in ((log, False), (whole_log, True)):
         whole = contextlib.nullcontext() if norm_bounds else normbounds.off()
-        with whole, torch.autocast("cpu", dtype=torch.bfloat16):
-            b2 = ex.build("lm", seed=0, width=32, batch=4)
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if low else contextlib.nullcontext()
+        with whole, autocast:
+            b2 = ex.build(kind, seed=0, width=32, batch=4)
             ex.train(b2, range(1), lambda: RoundedMode.record(job_id=JOB, interval=0))
             rep = RoundedMode.replay(given)
             ex.train(b2, range(1, 2), lambda: rep)  # noqa: B023
