@@ -152,6 +152,12 @@ def test_the_fused_scan_equals_the_reference(seed: int, use_m: bool, t_bits: int
     assert tiny == bool(is_tiny.any()) == (seed >= 2)
 
 
+def test_the_scan_refuses_an_s_of_another_size() -> None:
+    """Numba reads ``S`` by the values' index without bounds checks: the size is checked."""
+    with pytest.raises(ValueError, match="3 values of S for 4 values"):
+        bf16.scan(np.ones(4), np.ones(3), (4, 4), 1 << 19, (C_RECORD, C_MISSING, 1 << 26), False)
+
+
 @pytest.mark.parametrize("bounded", [True, False])
 def test_a_site_logs_what_the_reference_selects_tiny_values_included(bounded: bool) -> None:
     """``_round_bf16`` records exactly the elements with ``distance <= t_e`` (the NumPy

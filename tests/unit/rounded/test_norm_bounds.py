@@ -22,7 +22,7 @@ from dk.pol.backends import bf16, bounds, normbounds
 from dk.pol.backends import examples as ex
 from dk.pol.backends._scan import Outer
 from dk.pol.backends.bounds import Bound, site_bounds, thresholds
-from dk.pol.backends.log import LOG_MISSING, RoundingLog
+from dk.pol.backends.log import LOG_INVALID, LOG_MISSING, RoundingLog
 from dk.pol.backends.rounded import RoundedMode
 
 JOB = bytes(range(32))
@@ -306,11 +306,17 @@ def test_elements_at_their_thresholds_are_decided_as_with_s(case: Any) -> None:
     assert bound._s is None  # decided from the norms and 16 elements' own S
 
 
+@pytest.mark.parametrize("crowded", [False, True])
 @pytest.mark.parametrize("with_c", [False, True])
-def test_bfloat16_elements_at_their_thresholds_are_decided_as_with_s(with_c: bool) -> None:
+def test_bfloat16_elements_at_their_thresholds_are_decided_as_with_s(
+    with_c: bool, crowded: bool
+) -> None:
     """A bfloat16 product's site (autocast) under its norm bound: elements placed at their
-    bfloat16 thresholds and one unit past them are recorded (``t_e``) and demanded (``m_e``)
-    exactly as ``S`` decides, and the whole ``S`` is never computed."""
+    bfloat16 ``t_e``, ``m_e`` and ``2·t_e`` and one unit past each are recorded (``t_e``),
+    demanded (``m_e``) and accepted as entries (``2·t_e``) exactly as ``S`` decides.
+    ``crowded``: an eighth of the site lies on bfloat16 boundaries, so the bound flags more
+    than 1/256 of it and the whole ``S`` decides; else the flagged elements' own ``S`` does,
+    and the whole ``S`` is never computed."""
     g = torch.Generator().manual_seed(37)
     a = torch.randn(128, 512, generator=g).to(torch.bfloat16)
     b = torch.randn(512, 128, generator=g).to(torch.bfloat16)
@@ -319,42 +325,61 @@ def test_bfloat16_elements_at_their_thresholds_are_decided_as_with_s(with_c: boo
     o = func(*[t.double() for t in args])
     bound = site_bounds(func, args, {}, o)[id(o)]
     assert bound.refine  # bfloat16 operands take the norm bound
-    s64 = bound._exact(np.arange(o.numel()))
-    r = bf16.rne(o.reshape(-1).numpy())  # v on bfloat16 values (never flagged) but 16 elements
+    if crowded:  # the S the whole-site scan takes (the operation on absolute values)
+        s_ref = site_bounds(func, args, {}, o)[id(o)].s().astype(np.float64)
+    else:  # the S each flagged element gets from its own terms
+        s_ref = bound._exact(np.arange(o.numel()))
+    r = bf16.rne(o.reshape(-1).numpy())  # v on bfloat16 values (never flagged) but the picks
     rng = np.random.default_rng(43)
     # where S is large against |v| (cancelling sums), so that the norms' bound, above S, moves
     # the threshold past the elements placed one unit beyond it
-    ratio = np.where(np.abs(r) > 2.0**-20, s64 / np.maximum(np.abs(r), 2.0**-20), 0.0)
-    picks = rng.permutation(np.argsort(ratio)[-16:])
-    mag = np.abs(r[picks]).astype(np.float64)
-    gap = np.ldexp(1.0, np.frexp(mag)[1] - 1 - bf16.MANT)
-    mid = mag + gap / 2  # the boundary above each
+    ratio = np.where(np.abs(r) > 2.0**-20, s_ref / np.maximum(np.abs(r), 2.0**-20), 0.0)
+    picks = rng.permutation(np.argsort(ratio)[-24:])
+
+    def boundary(at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        mag = np.abs(r[at]).astype(np.float64)
+        gap = np.ldexp(1.0, np.frexp(mag)[1] - 1 - bf16.MANT)
+        return mag + gap / 2, gap  # the boundary above each, and the bfloat16 gap
+
+    mid, gap = boundary(picks)
     t_bits = RoundedMode.record(job_id=JOB, interval=0).t_bits
-    t_e, m_e = thresholds(mid, s64[picks], bound.k, t_bits, bound.k_sum, mant=bf16.MANT)
+    t_e, m_e = thresholds(mid, s_ref[picks], bound.k, t_bits, bound.k_sum, mant=bf16.MANT)
     up = thresholds(mid, bound.s_upper()[picks], bound.k, t_bits, bound.k_sum, mant=bf16.MANT)
-    assert (up[0][:8] > np.floor(t_e[:8]) + 1).all() and (up[1][8:] > np.floor(m_e[8:]) + 1).all()
-    d = np.floor(np.concatenate([t_e[:8], m_e[8:]])) + np.tile(np.repeat([0, 1], 4), 2)
+    assert (up[0][:8] > np.floor(t_e[:8]) + 1).all()
+    assert (up[1][8:16] > np.floor(m_e[8:16]) + 1).all()
+    level = np.concatenate([t_e[:8], m_e[8:16], 2 * t_e[16:]])
+    d = np.floor(level) + np.tile(np.repeat([0, 1], 4), 3)
     v = r.astype(np.float64)
     v[picks] = np.sign(r[picks]) * (mid + d * gap * 2.0**-29)
     assert np.array_equal(bf16.distance(v[picks]), d)
-    within_t, within_m = np.sort(np.concatenate([picks[:4], picks[8:]])), np.sort(picks[8:12])
+    crowd = np.empty(0, dtype=np.int64)
+    if crowded:
+        rest = np.setdiff1d(np.flatnonzero(np.abs(r) > 2.0**-20), picks)
+        crowd = np.sort(rng.choice(rest, o.numel() // 8, replace=False))
+        v[crowd] = np.sign(r[crowd]) * boundary(crowd)[0]  # D = 0
+    within_t = np.union1d(np.concatenate([picks[:4], picks[8:16]]), crowd)
+    within_m = np.union1d(picks[8:12], crowd)
     logs = []
-    for bd in (bound, Bound.given(bound.k, s64, bound.k_sum)):
+    for bd in (bound, Bound.given(bound.k, s_ref, bound.k_sum)):
         rec = RoundedMode.record(job_id=JOB, interval=0)
         rec._round_bf16(0, v, bd)
         logs.append(rec._rec[0][1].tolist())
     assert logs[0] == logs[1] == within_t.tolist()
 
     def replay(elements: np.ndarray) -> None:
-        entries = [(0, int(e), 1) for e in elements]
+        entries = [(0, int(e), 1) for e in np.sort(elements)]
         mode = RoundedMode.replay(RoundingLog(JOB, 0, rec.tau_log2, 1, rec.trace, entries))
         mode._round_bf16(0, v, bound)
 
-    replay(within_m)  # those at m_e demanded, those one unit past it not
+    # those at m_e demanded, one unit past it not; entries within 2·t_e accepted
+    replay(np.concatenate([within_m, picks[16:20]]))
     with pytest.raises(FormatError) as e:
-        replay(within_m[1:])
+        replay(np.setdiff1d(within_m, picks[8:9]))
     assert e.value.reason == LOG_MISSING
-    assert bound._s is None  # decided from the norms and the candidates' own S
+    with pytest.raises(FormatError) as e:
+        replay(np.concatenate([within_m, picks[20:21]]))
+    assert e.value.reason == LOG_INVALID
+    assert (bound._s is not None) == crowded  # the whole S only where the bound flags much
 
 
 def test_alpha_zero_ignores_non_finite_products() -> None:

@@ -11,8 +11,10 @@ precision (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: pr
 algorithms using rounding to odd", 2008: 24 ≥ 8 + 2 bits).
 
 :func:`rne`, :func:`distance` and ``bounds.thresholds(..., mant=MANT)`` are the reference, in
-NumPy; :func:`scan` fuses them into one Numba pass per site (the rounded backend's CPU path),
-tested against them on random inputs.
+NumPy; :func:`scan` computes the same in two Numba passes per site (the rounded backend's CPU
+path), tested against them at the thresholds and on special values. Its rounding is the direct
+one on the float64 bits (nearest-even at 7 fraction bits, carries included), which gives the
+same bfloat16 as the two steps above for every value in bfloat16's normal range.
 """
 
 from __future__ import annotations
@@ -100,41 +102,17 @@ _GAPS = np.ldexp(1.0, np.arange(2048) - 1023 - MANT)  # bfloat16 gap by float64 
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _scan(v, s, has_s, k, kg, t_unb, c_rec, c_miss, cap, use_m, r, idx):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
-    """Fill ``r`` (:func:`rne`); write the indices with ``D <= t_e`` (``use_m``: ``D <= m_e``)
-    into ``idx``; return (their count, whether any value is tiny and nonzero). Tiny values'
-    ``D`` is left to the caller. The operations are :func:`rne`'s, :func:`distance`'s and
-    ``thresholds``' (same float64 operations in the same order, no fastmath)."""
+def _decide(v, s, has_s, k, kg, t_unb, c_rec, c_miss, cap, use_m, idx):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
+    """Pass 2: write the indices with ``D <= t_e`` (``use_m``: ``D <= m_e``) into ``idx`` and
+    return their count, for values pass 1 kept (nonzero, not tiny, rounding to a finite
+    bfloat16): :func:`distance`'s and ``thresholds``' operations (the same float64 operations
+    in the same order, no fastmath)."""
     bits = v.view(np.int64)
-    rb = r.view(np.uint32)
     gamma = kg * 2.0**-53 / (1.0 - kg * 2.0**-53)
     k1, k2 = 1.0 + k * 2.0**-23, k * 2.0**-149
     capf = float(cap)
     n = 0
-    tiny = False
     for i in range(v.size):
-        x = v[i]
-        r[i] = np.float32(x)
-        b = np.int64(rb[i])
-        if (b & 0x7F800000) != 0x7F800000:  # finite: round to odd, then to nearest-even
-            if abs(np.float64(r[i])) > abs(x):
-                b -= 1  # toward zero: r is not zero here
-                rb[i] = np.uint32(b)
-            if np.float64(r[i]) != x:
-                b |= 1
-            b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
-        elif x != x:
-            b = np.int64(0x7FC00000)
-        else:
-            b &= 0xFFFF0000
-        rb[i] = np.uint32(b)
-        r[i] = r[i] + np.float32(0.0)  # a zero is +0
-        a = abs(x)
-        if x == 0.0 or not np.isfinite(r[i]):
-            continue  # D = 2^28, above every threshold
-        if a < _TINY:
-            tiny = True
-            continue
         d = abs((bits[i] & _LOW) - (1 << 44)) >> 16
         if has_s:
             gap = _GAPS[(bits[i] >> 52) & 0x7FF]
@@ -146,21 +124,20 @@ def _scan(v, s, has_s, k, kg, t_unb, c_rec, c_miss, cap, use_m, r, idx):  # type
         else:
             thr = t_unb / 2 if use_m else t_unb
         if d <= thr:
-            if n < idx.size:
-                idx[n] = i
+            idx[n] = i
             n += 1
-    return n, tiny
+    return n
 
 
 _LOW45 = (1 << 45) - 1  # float64 bits below bfloat16's last bit
 _HALF45 = 1 << 44
-_MARGIN = 1.0 + 2.0**-20  # pass 1's slack over its own and _scan's roundings
+_MARGIN = 1.0 + 2.0**-20  # pass 1's slack over its own and _decide's roundings
 _NAN32 = np.float32(np.nan)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _keep(v, s, has_s, k, kg, t_unb, coef, add, capw, r, keep):  # type: ignore[no-untyped-def]  # pragma: no cover - jit
-    """Pass 1, branch-free: ``r`` and ``keep``, a superset of the elements :func:`_scan`
+    """Pass 1, branch-free: ``r`` and ``keep``, a superset of the elements :func:`_decide`
     selects; return whether any value is tiny and nonzero (their ``r`` and ``D`` are the
     caller's). ``r`` is the float64 bits rounded to nearest-even at bfloat16's precision (7
     fraction bits) directly, one rounding, right for ``|v| >= 2^-126`` and infinities (a carry
@@ -205,11 +182,12 @@ def scan(
     (the returned flag says whether there are any).
 
     Two passes: :func:`_keep` (branch-free, so that LLVM vectorises it) rounds every element
-    and keeps a superset of the selected ones; :func:`_scan`
-    decides the kept ones with :func:`rne`'s, :func:`distance`'s and ``thresholds``'
-    operations."""
+    and keeps a superset of the selected ones; :func:`_decide` decides the kept ones with
+    :func:`distance`'s and ``thresholds``' operations."""
     c_rec, c_miss, cap = consts
     sv = np.zeros(1) if s is None else np.ascontiguousarray(s, dtype=np.float64).reshape(-1)
+    if s is not None and sv.size != v.size:  # the kernels read S by the values' index
+        raise ValueError(f"bf16.scan: {sv.size} values of S for {v.size} values")
     r = np.empty(v.size, dtype=np.float32)
     keep = np.empty(v.size, dtype=np.bool_)
     coef, add = (c_miss, 0.0) if use_m else (c_rec, 2.0)
@@ -223,5 +201,5 @@ def scan(
     sc = sv[cand] if s is not None else sv
     idx = np.empty(cand.size, dtype=np.int64)
     args = (v[cand], sc, s is not None, k[0], k[1], float(t_bits), *consts, use_m)
-    n, _ = _scan(*args, np.empty(cand.size, dtype=np.float32), idx)
+    n = _decide(*args, idx)
     return r, cand[idx[:n]], bool(tiny)
