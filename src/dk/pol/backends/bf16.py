@@ -25,6 +25,7 @@ import numpy as np
 MANT = 7  # bfloat16 fraction bits (float32: 23)
 _HALF = 1 << 28
 _LOW = (1 << 45) - 1  # float64 bits below bfloat16's last bit: 52 - 7 = 45
+_MID = 1 << 44  # half of bfloat16's last bit, in those bits: a rounding boundary
 _TINY = 2.0**-125  # below: the bfloat16 gap is its subnormal spacing 2^-133
 _SUB = 2.0**-133
 
@@ -63,7 +64,7 @@ def distance(v: np.ndarray) -> np.ndarray:
     array([268435456,         0,      4096])
     """
     v = np.ascontiguousarray(v, dtype=np.float64).reshape(-1)
-    d: np.ndarray = np.abs((v.view(np.int64) & _LOW) - (1 << 44)) >> 16
+    d: np.ndarray = np.abs((v.view(np.int64) & _LOW) - _MID) >> 16
     a = np.abs(v)
     tiny = a < _TINY
     if tiny.any():
@@ -113,7 +114,7 @@ def _decide(v, s, has_s, k, kg, t_unb, c_rec, c_miss, cap, use_m, idx):  # type:
     capf = float(cap)
     n = 0
     for i in range(v.size):
-        d = abs((bits[i] & _LOW) - (1 << 44)) >> 16
+        d = abs((bits[i] & _LOW) - _MID) >> 16
         if has_s:
             gap = _GAPS[(bits[i] >> 52) & 0x7FF]
             beta = gamma * (s[i] * k1 + k2) * 2.0**29 / gap
@@ -129,8 +130,6 @@ def _decide(v, s, has_s, k, kg, t_unb, c_rec, c_miss, cap, use_m, idx):  # type:
     return n
 
 
-_LOW45 = (1 << 45) - 1  # float64 bits below bfloat16's last bit
-_HALF45 = 1 << 44
 _MARGIN = 1.0 + 2.0**-20  # pass 1's slack over its own and _decide's roundings
 _NAN32 = np.float32(np.nan)
 
@@ -142,21 +141,21 @@ def _keep(v, s, has_s, k, kg, t_unb, coef, add, capw, r, keep):  # type: ignore[
     caller's). ``r`` is the float64 bits rounded to nearest-even at bfloat16's precision (7
     fraction bits) directly, one rounding, right for ``|v| >= 2^-126`` and infinities (a carry
     past 2^128 gives 2^128, infinite in float32), NaN as ``rne`` writes it, zeros +0. With
-    ``S``: for a non-tiny
-    ``x`` in ``[2^e, 2^(e+1))`` the bfloat16 gap is ``2^(e-7) > |x|·2^-8``, so
-    ``β < γ·S⁺·2^37/|x|`` and ``D <= c·β + a`` implies ``(D - a)·|x| <= c·γ·S⁺·2^37``."""
+    ``S``: for a non-tiny ``x`` in ``[2^e, 2^(e+1))`` the bfloat16 gap is
+    ``2^(e-7) > |x|·2^-8``, so ``β < γ·S⁺·2^37/|x|`` and ``D <= c·β + a`` implies
+    ``(D - a)·|x| <= c·γ·S⁺·2^37``."""
     bits = v.view(np.int64)
     q = coef * (kg * 2.0**-53 / (1.0 - kg * 2.0**-53)) * 2.0**37 * _MARGIN
     k1, k2 = 1.0 + k * 2.0**-23, k * 2.0**-149
     tiny = False
     for i in range(v.size):
         x, b = v[i], bits[i]
-        f = np.float32(np.int64((b + (_HALF45 - 1) + ((b >> 45) & 1)) & ~_LOW45).view(np.float64))
+        f = np.float32(np.int64((b + (_MID - 1) + ((b >> 45) & 1)) & ~_LOW).view(np.float64))
         r[i] = (f if x == x else _NAN32) + np.float32(0.0)
         a = abs(x)
         small = a < _TINY
         tiny |= (x != 0.0) & small
-        d = np.float64(np.int32(abs((b & _LOW) - _HALF45) >> 16))
+        d = np.float64(np.int32(abs((b & _LOW) - _MID) >> 16))
         ok = (x != 0.0) & (~small) & (abs(f) < np.inf) & (d <= capw)
         if has_s:
             far = (d - add) * a > q * (s[i] * k1 + k2)  # False where either side is NaN

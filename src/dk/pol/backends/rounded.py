@@ -497,8 +497,8 @@ class RoundedMode(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch:
         """A bfloat16 site (SPEC VI §2 with bfloat16's gap): record its entries, or check and
         follow the log's; the rounded values as float32 holding bfloat16 numbers.
 
-        One ``bf16.scan`` pass gives the rounding and the elements within ``t_e`` (record) or
-        ``m_e`` (replay); the few tiny values, the entries and the flagged elements get their
+        ``bf16.scan`` gives the rounding and the elements within ``t_e`` (record) or ``m_e``
+        (replay); the few tiny values, the entries and the flagged elements get their
         distances and thresholds from the NumPy reference (``bf16.distance``, ``thresholds``).
         A refining bound (the CPU's norm bounds) is scanned with its upper bound of ``S``, and
         the elements it flags are decided with ``S`` itself, as :meth:`_band_bounded` does.
